@@ -1,0 +1,43 @@
+# The two commands: `make run` and `make test`. Both set everything up from nothing:
+# the virtualenv (.venv), the Python dependencies, and the Apache Kafka broker jars
+# (resolved by Maven from infra/kafka/pom.xml).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+KAFKA_READY := .cache/kafka/classpath.txt
+
+.PHONY: run test setup lint unit integration clean
+
+run: setup
+	$(BIN)/streamplane run $(ARGS)
+
+test: setup lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+setup: $(INSTALLED) $(KAFKA_READY)
+
+$(INSTALLED): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# Resolving is idempotent: once the classpath file and its jars exist, no network work.
+$(KAFKA_READY): infra/kafka/pom.xml $(INSTALLED)
+	$(BIN)/streamplane local install
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
+
+integration: setup
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+clean:
+	-$(BIN)/streamplane local down
+	rm -rf $(VENV) .cache .streamplane

@@ -1,0 +1,1 @@
+"""The streamplane command line."""

@@ -1,0 +1,1 @@
+"""The client library: StreamProducer, StreamConsumer, ControlPlaneClient."""

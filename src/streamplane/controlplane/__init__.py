@@ -1,0 +1,1 @@
+"""The control plane service: registry, routing, Assigner, failover, health, lag."""

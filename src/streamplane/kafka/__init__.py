@@ -1,0 +1,1 @@
+"""Thin adapters over the Kafka clients (confluent-kafka)."""

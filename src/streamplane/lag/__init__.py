@@ -1,0 +1,1 @@
+"""Time lag: the __consumer_offsets reader and the lag model."""

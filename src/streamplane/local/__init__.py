@@ -1,0 +1,1 @@
+"""The local Kafka fleet: real Apache Kafka brokers in KRaft mode on loopback."""

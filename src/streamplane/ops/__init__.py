@@ -1,0 +1,1 @@
+"""Fleet operations: partition mapper, executor, autothrottle, metrics fetcher, tags."""

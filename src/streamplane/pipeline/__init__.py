@@ -1,0 +1,1 @@
+"""The data pipeline on PySpark."""
