@@ -1,0 +1,626 @@
+"""Start, inspect and stop a fleet of real Apache Kafka clusters (KRaft) on loopback.
+
+Each broker runs in combined mode (``process.roles=broker,controller``) as its own JVM,
+with the jars Maven resolved (see ``distribution``). A cluster of N brokers has N
+controller voters (static ``controller.quorum.voters``), so killing one broker of a
+three-broker cluster keeps the quorum.
+
+The fleet is described by a JSON file (``FleetDescriptor``) that every other command
+reads: cluster name -> bootstrap servers, broker ids, racks, pids, log dirs.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from streamplane.exceptions import ConfigError, KafkaError, LocalFleetError
+from streamplane.local.distribution import KafkaDistribution, require_java
+
+HOST = "127.0.0.1"
+DESCRIPTOR_NAME = "fleet.json"
+
+# Settings every local broker gets. They suit a fleet of small clusters on one machine:
+# explicit offsets retention, no automatic topic creation, internal topics sized down.
+BASE_BROKER_CONFIG: Mapping[str, str] = {
+    "auto.create.topics.enable": "false",
+    "offsets.retention.minutes": "10080",
+    "offset.metadata.max.bytes": "4096",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.num.partitions": "4",
+    "num.partitions": "1",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "log.segment.bytes": str(64 * 1024 * 1024),
+    "delete.topic.enable": "true",
+}
+
+
+class BrokerInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    rack: str | None
+    pid: int | None
+    log_dir: str
+    config_file: str
+    log_file: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class ClusterInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    cluster_id: str
+    brokers: list[BrokerInfo]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers)
+
+    def broker(self, node_id: int) -> BrokerInfo:
+        for b in self.brokers:
+            if b.node_id == node_id:
+                return b
+        ids = ", ".join(str(b.node_id) for b in self.brokers)
+        raise ConfigError(f"cluster {self.name!r} has no broker {node_id} (brokers: {ids})")
+
+
+class FleetDescriptor(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version: int = 1
+    data_dir: str
+    kafka_version: str
+    heap_mb: int
+    clusters: dict[str, ClusterInfo]
+
+    def cluster(self, name: str) -> ClusterInfo:
+        if name not in self.clusters:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise ConfigError(f"unknown cluster {name!r} (known: {known})")
+        return self.clusters[name]
+
+    def bootstrap(self, name: str) -> str:
+        return self.cluster(name).bootstrap
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> FleetDescriptor:
+        if not path.is_file():
+            raise ConfigError(f"no local fleet at {path}: run `streamplane local up` first")
+        try:
+            return cls.model_validate_json(path.read_text())
+        except ValueError as exc:
+            raise ConfigError(f"{path} is not a fleet descriptor: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """What ``local up`` starts."""
+
+    data_dir: Path
+    clusters: int = 2
+    brokers_per_cluster: int = 1
+    racks: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    base_port: int | None = None
+    heap_mb: int = 512
+    broker_config: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 90.0
+
+    def cluster_names(self) -> list[str]:
+        if self.names:
+            return list(self.names)
+        return [f"local-{_letters(i)}" for i in range(self.clusters)]
+
+    def validate(self) -> None:
+        if self.clusters < 1:
+            raise ConfigError("--clusters must be at least 1")
+        if self.brokers_per_cluster < 1:
+            raise ConfigError("--brokers-per-cluster must be at least 1")
+        if self.names and len(self.names) != self.clusters:
+            raise ConfigError("give one name per cluster")
+        if len(set(self.cluster_names())) != self.clusters:
+            raise ConfigError("cluster names must be distinct")
+        if any(not r or "," in r for r in self.racks):
+            raise ConfigError("--racks takes non-empty rack names separated by commas")
+        if self.base_port is not None and not 1024 <= self.base_port <= 65000:
+            raise ConfigError("--base-port must be between 1024 and 65000")
+        if self.heap_mb < 128:
+            raise ConfigError("--heap-mb must be at least 128")
+
+
+def _letters(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(ord("a") + r) + s
+    return s
+
+
+def descriptor_path(data_dir: Path) -> Path:
+    return data_dir / DESCRIPTOR_NAME
+
+
+class LocalFleet:
+    """Operations on the local fleet rooted at ``data_dir``."""
+
+    def __init__(self, data_dir: Path, distribution: KafkaDistribution | None = None) -> None:
+        self.data_dir = data_dir.resolve()
+        self.distribution = distribution or KafkaDistribution()
+
+    @property
+    def descriptor_file(self) -> Path:
+        return descriptor_path(self.data_dir)
+
+    def descriptor(self) -> FleetDescriptor:
+        return FleetDescriptor.load(self.descriptor_file)
+
+    # ------------------------------------------------------------------ up
+    def up(
+        self, spec: FleetSpec, progress: Callable[[str], None] = lambda _: None
+    ) -> FleetDescriptor:
+        spec.validate()
+        java = require_java()
+        self._check_not_running()
+        _ensure_writable(self.data_dir)
+        progress("resolving Kafka jars")
+        classpath = self.distribution.classpath()
+        kafka_version = self.distribution.version()
+        names = spec.cluster_names()
+        ports = _allocate_ports(2 * spec.clusters * spec.brokers_per_cluster, spec.base_port)
+
+        clusters: dict[str, ClusterInfo] = {}
+        port_iter = iter(ports)
+        for name in names:
+            cluster_dir = self.data_dir / name
+            if cluster_dir.exists():
+                _remove_tree(cluster_dir)
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            brokers = []
+            for i in range(spec.brokers_per_cluster):
+                node_id = i + 1
+                rack = spec.racks[i % len(spec.racks)] if spec.racks else None
+                bdir = cluster_dir / f"broker-{node_id}"
+                brokers.append(
+                    BrokerInfo(
+                        node_id=node_id,
+                        host=HOST,
+                        port=next(port_iter),
+                        controller_port=next(port_iter),
+                        rack=rack,
+                        pid=None,
+                        log_dir=str(bdir / "data"),
+                        config_file=str(bdir / "server.properties"),
+                        log_file=str(bdir / "logs" / "server.log"),
+                    )
+                )
+            clusters[name] = ClusterInfo(name=name, cluster_id=cluster_id, brokers=brokers)
+            for b in brokers:
+                _write_broker_files(b, brokers, spec)
+
+        progress(f"formatting storage for {sum(len(c.brokers) for c in clusters.values())} brokers")
+        _format_all(java, classpath, clusters.values())
+
+        started: dict[str, ClusterInfo] = {}
+        try:
+            for name, cluster in clusters.items():
+                brokers = [
+                    b.model_copy(update={"pid": _launch(java, classpath, b, spec.heap_mb)})
+                    for b in cluster.brokers
+                ]
+                started[name] = cluster.model_copy(update={"brokers": brokers})
+            desc = FleetDescriptor(
+                data_dir=str(self.data_dir),
+                kafka_version=kafka_version,
+                heap_mb=spec.heap_mb,
+                clusters=started,
+            )
+            desc.save(self.descriptor_file)
+            progress(f"waiting for {len(started)} clusters to become healthy")
+            for cluster in started.values():
+                wait_healthy(cluster, timeout_s=spec.startup_timeout_s)
+        except BaseException:
+            for cluster in started.values():
+                for b in cluster.brokers:
+                    _stop_pid(b.pid, b.config_file, grace_s=2.0)
+            with contextlib.suppress(FileNotFoundError):
+                self.descriptor_file.unlink()
+            raise
+        return desc
+
+    def _check_not_running(self) -> None:
+        if not self.descriptor_file.is_file():
+            return
+        try:
+            desc = self.descriptor()
+        except ConfigError:
+            return
+        alive = [
+            b
+            for c in desc.clusters.values()
+            for b in c.brokers
+            if _is_our_broker(b.pid, b.config_file)
+        ]
+        if alive:
+            raise LocalFleetError(
+                f"a local fleet is already running in {self.data_dir} "
+                f"({len(alive)} brokers up): run `streamplane local down` first"
+            )
+
+    # ------------------------------------------------------------------ down
+    def down(self, purge: bool = False) -> int:
+        """Stop every broker; returns how many were running. Nothing running is not an error."""
+        if not self.descriptor_file.is_file():
+            return 0
+        desc = self.descriptor()
+        stopped = 0
+        brokers = [b for c in desc.clusters.values() for b in c.brokers]
+        for b in brokers:
+            if _is_our_broker(b.pid, b.config_file):
+                assert b.pid is not None
+                os.kill(b.pid, signal.SIGTERM)
+                stopped += 1
+        for b in brokers:
+            _stop_pid(b.pid, b.config_file, grace_s=20.0)
+        self.descriptor_file.unlink()
+        if purge:
+            for name in desc.clusters:
+                _remove_tree(self.data_dir / name)
+        return stopped
+
+    # ------------------------------------------------------------------ faults
+    def kill_broker(self, cluster: str, node_id: int) -> BrokerInfo:
+        desc = self.descriptor()
+        broker = desc.cluster(cluster).broker(node_id)
+        if not _is_our_broker(broker.pid, broker.config_file):
+            raise LocalFleetError(f"broker {node_id} of {cluster} is not running")
+        assert broker.pid is not None
+        os.kill(broker.pid, signal.SIGKILL)
+        _wait_dead(broker.pid, 10.0)
+        return broker
+
+    def start_broker(self, cluster: str, node_id: int, wait: bool = True) -> BrokerInfo:
+        desc = self.descriptor()
+        info = desc.cluster(cluster)
+        broker = info.broker(node_id)
+        if _is_our_broker(broker.pid, broker.config_file):
+            raise LocalFleetError(f"broker {node_id} of {cluster} is already running")
+        java = require_java()
+        pid = _launch(java, self.distribution.classpath(), broker, desc.heap_mb)
+        new_broker = broker.model_copy(update={"pid": pid})
+        brokers = [new_broker if b.node_id == node_id else b for b in info.brokers]
+        clusters = dict(desc.clusters)
+        clusters[cluster] = info.model_copy(update={"brokers": brokers})
+        desc = desc.model_copy(update={"clusters": clusters})
+        desc.save(self.descriptor_file)
+        if wait:
+            _wait_broker(new_broker, 60.0)
+        return new_broker
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> list[ClusterStatus]:
+        desc = self.descriptor()
+        return [cluster_status(c) for c in desc.clusters.values()]
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    name: str
+    bootstrap: str
+    brokers_up: int
+    brokers_total: int
+    topics: int | None  # None when the cluster did not answer
+
+    @property
+    def up(self) -> bool:
+        return self.brokers_up == self.brokers_total
+
+
+def cluster_status(cluster: ClusterInfo) -> ClusterStatus:
+    up = [b for b in cluster.brokers if _is_our_broker(b.pid, b.config_file) and _port_open(b)]
+    topics: int | None = None
+    if up:
+        from streamplane.kafka.admin import KafkaAdmin
+
+        try:
+            md = KafkaAdmin(",".join(b.address for b in up)).metadata(timeout=3.0)
+            topics = len([t for t in md.topics if not t.startswith("__")])
+        except KafkaError:
+            topics = None
+    return ClusterStatus(cluster.name, cluster.bootstrap, len(up), len(cluster.brokers), topics)
+
+
+def wait_healthy(cluster: ClusterInfo, timeout_s: float = 90.0) -> None:
+    """Wait until every broker answers and the cluster metadata lists all of them."""
+    from streamplane.kafka.admin import KafkaAdmin
+
+    deadline = time.monotonic() + timeout_s
+    for b in cluster.brokers:
+        _wait_broker(b, max(1.0, deadline - time.monotonic()))
+    expected = {b.node_id for b in cluster.brokers}
+    admin = KafkaAdmin(cluster.bootstrap)
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            md = admin.metadata(timeout=2.0)
+            if set(md.brokers) >= expected and md.controller_id != -1:
+                return
+            last = f"metadata lists brokers {sorted(md.brokers)}"
+        except KafkaError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise LocalFleetError(f"cluster {cluster.name} not healthy after {timeout_s:.0f}s ({last})")
+
+
+# ---------------------------------------------------------------------- helpers
+def _wait_broker(b: BrokerInfo, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if b.pid is not None and not _pid_alive(b.pid):
+            raise LocalFleetError(
+                f"broker {b.node_id} ({b.address}) exited during start-up; "
+                f"last log lines: {_log_tail(b)}"
+            )
+        if _port_open(b):
+            return
+        time.sleep(0.1)
+    raise LocalFleetError(f"broker {b.node_id} ({b.address}) did not answer in {timeout_s:.0f}s")
+
+
+def _log_tail(b: BrokerInfo, lines: int = 3) -> str:
+    for path in (Path(b.log_file).parent / "stdout.log", Path(b.log_file)):
+        with contextlib.suppress(OSError):
+            text = path.read_text(errors="replace").strip().splitlines()
+            interesting = [t for t in text if "ERROR" in t or "Exception" in t] or text
+            if interesting:
+                return " | ".join(interesting[-lines:])
+    return "(no log)"
+
+
+def _port_open(b: BrokerInfo) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((b.host, b.port)) == 0
+
+
+def _allocate_ports(count: int, base_port: int | None) -> list[int]:
+    if base_port is not None:
+        ports = list(range(base_port, base_port + count))
+        for p in ports:
+            if not _port_free(p):
+                raise ConfigError(f"port {p} on {HOST} is already in use (--base-port {base_port})")
+        return ports
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _ensure_writable(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"data dir {path} is not writable: {exc.strerror or exc}") from exc
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) -> None:
+    bdir = Path(b.config_file).parent
+    (bdir / "logs").mkdir(parents=True, exist_ok=True)
+    n = len(peers)
+    voters = ",".join(f"{p.node_id}@{p.host}:{p.controller_port}" for p in peers)
+    internal_rf = str(min(3, n))
+    config: dict[str, str] = {
+        "process.roles": "broker,controller",
+        "node.id": str(b.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{b.host}:{b.port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": b.log_dir,
+        "offsets.topic.replication.factor": internal_rf,
+        "transaction.state.log.replication.factor": internal_rf,
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": internal_rf,
+        "share.coordinator.state.topic.min.isr": "1",
+        **BASE_BROKER_CONFIG,
+        **spec.broker_config,
+    }
+    if b.rack is not None:
+        config["broker.rack"] = b.rack
+    Path(b.config_file).write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=b.log_file))
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = RollingFile
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.filePattern = {log_file}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 2
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def _log_args(b: BrokerInfo) -> list[str]:
+    bdir = Path(b.config_file).parent
+    return [
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={bdir / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={bdir / 'logs'}",
+    ]
+
+
+def _broker_jvm_args(b: BrokerInfo, heap_mb: int) -> list[str]:
+    return [
+        f"-Xmx{heap_mb}m",
+        f"-Xms{min(heap_mb, 128)}m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:+ExitOnOutOfMemoryError",
+        *_log_args(b),
+    ]
+
+
+def _format_all(java: str, classpath: str, clusters: Iterable[ClusterInfo]) -> None:
+    """Format every broker's storage, all formatter JVMs in parallel."""
+    procs: list[tuple[BrokerInfo, subprocess.Popen[str]]] = []
+    for cluster in clusters:
+        for b in cluster.brokers:
+            cmd = [
+                java,
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                *_log_args(b),
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster.cluster_id,
+                "-c",
+                b.config_file,
+                "--ignore-formatted",
+            ]
+            procs.append(
+                (
+                    b,
+                    subprocess.Popen(
+                        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                    ),
+                )
+            )
+    errors = []
+    for b, p in procs:
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            last = out.strip().splitlines()[-1:] or ["(no output)"]
+            errors.append(f"broker {b.node_id}: {last[0]}")
+    if errors:
+        raise LocalFleetError("formatting Kafka storage failed: " + "; ".join(errors))
+
+
+def _launch(java: str, classpath: str, b: BrokerInfo, heap_mb: int) -> int:
+    bdir = Path(b.config_file).parent
+    (bdir / "logs").mkdir(parents=True, exist_ok=True)
+    with open(bdir / "logs" / "stdout.log", "ab") as out:
+        proc = subprocess.Popen(
+            [java, *_broker_jvm_args(b, heap_mb), "-cp", classpath, "kafka.Kafka", b.config_file],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc.pid
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        # Reap it if it is our (zombie) child.
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_our_broker(pid: int | None, config_file: str) -> bool:
+    """True if ``pid`` is alive and is the broker started with ``config_file``."""
+    if pid is None or not _pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return config_file.encode() in cmdline
+
+
+def _wait_dead(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _stop_pid(pid: int | None, config_file: str, grace_s: float) -> None:
+    if not _is_our_broker(pid, config_file):
+        return
+    assert pid is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_dead(pid, grace_s):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_dead(pid, 5.0)
