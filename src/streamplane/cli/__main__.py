@@ -1,0 +1,3 @@
+from streamplane.cli.main import main
+
+main()

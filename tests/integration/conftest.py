@@ -1,0 +1,115 @@
+"""Session-scoped real Kafka fleets, started through the same code as `streamplane local up`.
+
+- ``fleet``: two single-broker clusters, local-a and local-b (started once per session).
+- ``rack_fleet``: one three-broker cluster with racks a, b, c (started only if a test asks).
+Factories create uniquely named topics, producers and consumers and clean up after.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from streamplane.kafka.admin import KafkaAdmin
+from streamplane.kafka.clients import make_consumer, make_producer
+from streamplane.local.fleet import ClusterInfo, FleetDescriptor, FleetSpec, LocalFleet
+
+
+def _start(tmp: Path, spec: FleetSpec) -> tuple[LocalFleet, FleetDescriptor]:
+    fleet = LocalFleet(tmp)
+    return fleet, fleet.up(spec)
+
+
+@pytest.fixture(scope="session")
+def local_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    data_dir = tmp_path_factory.mktemp("fleet")
+    fleet, _ = _start(data_dir, FleetSpec(data_dir=data_dir, clusters=2, heap_mb=384))
+    yield fleet
+    fleet.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def fleet(local_fleet: LocalFleet) -> FleetDescriptor:
+    return local_fleet.descriptor()
+
+
+@pytest.fixture(scope="session")
+def rack_local_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    data_dir = tmp_path_factory.mktemp("rack-fleet")
+    spec = FleetSpec(
+        data_dir=data_dir,
+        clusters=1,
+        brokers_per_cluster=3,
+        racks=("a", "b", "c"),
+        names=("racked",),
+        heap_mb=384,
+    )
+    fleet, _ = _start(data_dir, spec)
+    yield fleet
+    fleet.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def rack_cluster(rack_local_fleet: LocalFleet) -> ClusterInfo:
+    return rack_local_fleet.descriptor().cluster("racked")
+
+
+@pytest.fixture
+def topic_factory(fleet: FleetDescriptor) -> Iterator[Callable[..., str]]:
+    """Create a uniquely named topic: ``topic_factory(cluster_name_or_info, partitions=1)``."""
+    created: list[tuple[str, str]] = []
+
+    def make(
+        cluster: str | ClusterInfo = "local-a",
+        partitions: int = 1,
+        replication: int = 1,
+        config: dict[str, str] | None = None,
+    ) -> str:
+        bootstrap = (
+            cluster.bootstrap if isinstance(cluster, ClusterInfo) else fleet.bootstrap(cluster)
+        )
+        name = f"t.{uuid.uuid4().hex[:10]}"
+        err = KafkaAdmin(bootstrap).create_topics([(name, partitions, replication, config or {})])[
+            name
+        ]
+        if err is not None:
+            raise err
+        created.append((bootstrap, name))
+        return name
+
+    yield make
+    for bootstrap, name in created:
+        KafkaAdmin(bootstrap).delete_topics([name])
+
+
+@pytest.fixture
+def producer_factory() -> Iterator[Callable[..., Producer]]:
+    producers: list[Producer] = []
+
+    def make(bootstrap: str, **extra: Any) -> Producer:
+        p = make_producer(bootstrap, extra)
+        producers.append(p)
+        return p
+
+    yield make
+    for p in producers:
+        p.flush(10)
+
+
+@pytest.fixture
+def consumer_factory() -> Iterator[Callable[..., Consumer]]:
+    consumers: list[Consumer] = []
+
+    def make(bootstrap: str, group: str | None = None, **extra: Any) -> Consumer:
+        c = make_consumer(bootstrap, group or f"g.{uuid.uuid4().hex[:8]}", extra)
+        consumers.append(c)
+        return c
+
+    yield make
+    for c in consumers:
+        c.close()
