@@ -1,0 +1,613 @@
+"""The lag model: offset lag, time lag in seconds and a Burrow-style status, per partition.
+
+Pure and clock-free: every observation and every query carries its time (``*_ms``,
+milliseconds since the epoch), so the model is replayable and testable. One model
+covers one Kafka cluster (a key is (group, topic, partition); the ``cluster`` label is
+carried for display only).
+
+Inputs
+------
+- ``observe_commit(group, topic, partition, offset, commit_ms, low_watermark_ts_ms)``:
+  a committed offset read from ``__consumer_offsets``, its commit time, and, for
+  streamplane groups, the ingestion timestamp of the record at the committed offset
+  (the low watermark: the first unsettled record), taken from the commit metadata.
+  Foreign groups pass None.
+- ``observe_end_offset(topic, partition, end_offset, observed_ms)``: the log-end offset,
+  polled. Shared by every group reading that partition.
+- ``observe_offset_timestamp(group, topic, partition, offset, timestamp_ms)``: for
+  foreign groups, the timestamp of the record at ``offset`` (ListOffsets / a fetch);
+  ``timestamp_lookups()`` lists the partitions that need one.
+
+Per-partition figures, at time ``now``
+---------------------------------------
+- offset lag ``= max(0, end - committed)``; unknown (None) before the first commit or
+  the first end-offset observation.
+- time lag ``= 0`` when caught up (``committed >= end``); otherwise
+  ``max(0, now - ts) / 1000`` where ``ts`` is the ingestion timestamp of the record at the
+  committed offset (from a commit's low watermark, or a timestamp lookup *for that same
+  offset*: a record's timestamp never changes, so a lookup stays valid until the
+  committed offset moves); otherwise unknown (None).
+- ``caught_up_ms``: the last time the partition was seen caught up (at a commit or an
+  end-offset observation). It plays the part of Burrow's rule 1 ("lag was zero at some
+  point of the window -> OK"): nothing below can fire on account of times before it.
+
+Status rules (thresholds in ``LagThresholds``; first match wins)
+----------------------------------------------------------------
+Burrow's evaluator (linkedin/Burrow ``core/internal/evaluator/caching.go``) is the
+baseline. It looks at the last 10 commits of a partition and, if the current lag is > 0
+and was never 0 in those commits, returns REWIND if an offset went backwards, STOP if
+``now - last_commit > last_commit - first_commit``, STALL if all offsets are equal, WARN
+if the lag never decreased, else OK. Here the same questions are asked in seconds:
+
+0. ``OK`` when the offset lag is 0 or unknown (no commit, no end offset): nothing is
+   pending, or nothing can be said.
+1. ``ERR`` (Burrow's REWIND) when the committed offset went backwards within the last
+   ``window_s`` and the partition has not been caught up since.
+2. ``STOP`` when no commit arrived for ``stop_after_s`` while work was pending:
+   ``now - max(last_commit, caught_up) > stop_after_s``. Burrow's rule is relative to
+   the commit cadence; an absolute threshold fits groups that commit only when they
+   make progress (librdkafka) and is what an alert wants.
+3. ``STALL`` when commits still arrive but the offset does not move: a commit was seen
+   after the offset last changed, and
+   ``now - max(offset_changed, caught_up) > stall_after_s``.
+4. ``WARN`` when the time lag exceeds ``warn_time_lag_s`` (if set), or when the time lag
+   grew over the window: the partition was not caught up during the last ``window_s``,
+   the history holds at least ``warn_min_samples`` samples in the window, the time lag
+   never decreased from one sample to the next, and it grew by at least
+   ``warn_min_growth_s`` in total. When a sample in the window has no time lag (foreign
+   group without a timestamp lookup), Burrow's rule is applied to the offset lag
+   instead: never decreased, and grew.
+5. ``OK`` otherwise.
+
+``LagStatus`` is ordered by severity (OK < WARN < STALL < STOP < ERR); an aggregate's
+status is the worst of its partitions.
+
+History and cost
+----------------
+Each partition keeps a ring of ``history_size`` samples (time, time lag, offset lag) in
+three flat arrays shared by the whole model (20 bytes a sample), written at every commit
+and end-offset observation and by ``sample(now_ms)``. Samples fall into buckets of
+``history_interval_s`` aligned on the epoch: a sample in the same bucket as the newest
+one replaces it, so charts get at most one point per bucket whatever the commit rate.
+Partition state is a ``__slots__`` object; an update allocates nothing but small ints
+and the key tuple.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import pairwise
+
+from streamplane.core.lag_interpolation import EndOffsetTable
+from streamplane.exceptions import ConfigError
+
+__all__ = [
+    "LagAggregate",
+    "LagModel",
+    "LagSample",
+    "LagStatus",
+    "LagThresholds",
+    "PartitionLabels",
+    "PartitionLag",
+]
+
+_NEVER = -(1 << 62)  # a time before any other: "not yet"
+_NAN = math.nan
+
+
+class LagStatus(enum.IntEnum):
+    """Partition / group status, ordered by severity."""
+
+    OK = 0
+    WARN = 1
+    STALL = 2
+    STOP = 3
+    ERR = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LagThresholds:
+    """Thresholds of the status rules (see the module docstring), in seconds."""
+
+    window_s: float = 600.0
+    stop_after_s: float = 120.0
+    stall_after_s: float = 60.0
+    warn_min_samples: int = 5
+    warn_min_growth_s: float = 10.0
+    warn_time_lag_s: float | None = None
+    history_size: int = 20
+    history_interval_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("window_s", "stop_after_s", "stall_after_s", "warn_min_growth_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"LagThresholds.{name} must be >= 0, not {getattr(self, name)}")
+        if self.warn_time_lag_s is not None and not self.warn_time_lag_s >= 0:
+            raise ConfigError("LagThresholds.warn_time_lag_s must be >= 0 or None")
+        if self.warn_min_samples < 2:
+            raise ConfigError("LagThresholds.warn_min_samples must be >= 2")
+        if self.history_size < 2:
+            raise ConfigError("LagThresholds.history_size must be >= 2")
+        if not self.history_interval_s >= 0.001:
+            raise ConfigError("LagThresholds.history_interval_s must be >= 0.001")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLabels:
+    """Labels a caller attaches to a partition; equal label sets share one object."""
+
+    stream: str | None = None
+    lane: str | None = None
+    cluster: str | None = None
+
+
+_NO_LABELS = PartitionLabels()
+
+
+@dataclass(frozen=True, slots=True)
+class LagSample:
+    """One history point; lags are None when unknown at that time."""
+
+    time_ms: int
+    time_lag_s: float | None
+    offset_lag: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """The lag of one (group, topic, partition) at a given time."""
+
+    group: str
+    topic: str
+    partition: int
+    committed_offset: int | None
+    end_offset: int | None
+    offset_lag: int | None
+    time_lag_s: float | None
+    status: LagStatus
+    last_commit_ms: int | None
+    labels: PartitionLabels = _NO_LABELS
+    estimated_time_lag_s: float | None = None  # interpolation baseline, when enabled
+
+
+@dataclass(frozen=True, slots=True)
+class LagAggregate:
+    """Lag of a group (``topic`` None) or of a group's topic.
+
+    ``offset_lag`` sums the known offset lags, ``max_time_lag_s`` is None when no
+    partition has a known time lag, ``unknown_time_lag`` counts partitions that are
+    behind with an unknown time lag.
+    """
+
+    group: str
+    topic: str | None
+    partitions: int
+    offset_lag: int
+    max_time_lag_s: float | None
+    status: LagStatus
+    unknown_time_lag: int
+
+
+class _LogEnd:
+    """The log-end offset of one topic-partition, shared by the groups reading it."""
+
+    __slots__ = ("end", "members", "observed_ms", "table")
+
+    def __init__(self, table: EndOffsetTable | None) -> None:
+        self.end = -1
+        self.observed_ms = _NEVER
+        self.members: list[_Partition] = []
+        self.table = table
+
+
+class _Partition:
+    __slots__ = (
+        "caught_up_ms",
+        "changed_ms",
+        "commit_ms",
+        "committed",
+        "count",
+        "head",
+        "key",
+        "labels",
+        "log_end",
+        "rewind_ms",
+        "slot",
+        "ts_ms",
+        "ts_offset",
+    )
+
+    def __init__(
+        self, key: tuple[str, str, int], labels: PartitionLabels, log_end: _LogEnd, slot: int
+    ) -> None:
+        self.key = key
+        self.labels = labels
+        self.log_end = log_end
+        self.slot = slot
+        self.committed = -1
+        self.commit_ms = _NEVER
+        self.changed_ms = _NEVER
+        self.rewind_ms = _NEVER
+        self.caught_up_ms = _NEVER
+        self.ts_offset = -1
+        self.ts_ms = 0
+        self.head = 0
+        self.count = 0
+
+
+class _Totals:
+    __slots__ = ("max_time_lag_s", "offset_lag", "partitions", "status", "unknown_time_lag")
+
+    def __init__(self) -> None:
+        self.partitions = 0
+        self.offset_lag = 0
+        self.max_time_lag_s = -1.0
+        self.status = LagStatus.OK
+        self.unknown_time_lag = 0
+
+
+class LagModel:
+    """Per-partition lag, status and history for up to ~10^5 partitions (see module doc)."""
+
+    def __init__(
+        self, thresholds: LagThresholds | None = None, *, interpolation_points: int = 0
+    ) -> None:
+        self.thresholds = th = thresholds or LagThresholds()
+        self._window_ms = th.window_s * 1000.0
+        self._stop_ms = th.stop_after_s * 1000.0
+        self._stall_ms = th.stall_after_s * 1000.0
+        self._bucket_ms = max(1, round(th.history_interval_s * 1000.0))
+        self._hsize = th.history_size
+        self._interpolation_points = interpolation_points
+        if interpolation_points:
+            EndOffsetTable(interpolation_points)  # validates the size
+        self._parts: dict[tuple[str, str, int], _Partition] = {}
+        self._ends: dict[tuple[str, int], _LogEnd] = {}
+        self._labels: dict[PartitionLabels, PartitionLabels] = {_NO_LABELS: _NO_LABELS}
+        self._free_slots: list[int] = []
+        self._slots = 0
+        self._h_time = array("q")
+        self._h_tlag = array("f")
+        self._h_olag = array("q")
+        self._blank_time = array("q", [0]) * self._hsize
+        self._blank_tlag = array("f", [0.0]) * self._hsize
+
+    # --- bookkeeping ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._parts
+
+    def _log_end(self, topic: str, partition: int) -> _LogEnd:
+        tp = (topic, partition)
+        log_end = self._ends.get(tp)
+        if log_end is None:
+            table = (
+                EndOffsetTable(self._interpolation_points) if self._interpolation_points else None
+            )
+            log_end = self._ends[tp] = _LogEnd(table)
+        return log_end
+
+    def _add(self, key: tuple[str, str, int], labels: PartitionLabels) -> _Partition:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            slot = self._slots
+            self._slots += 1
+            self._h_time.extend(self._blank_time)
+            self._h_tlag.extend(self._blank_tlag)
+            self._h_olag.extend(self._blank_time)
+        log_end = self._log_end(key[1], key[2])
+        p = self._parts[key] = _Partition(key, labels, log_end, slot)
+        log_end.members.append(p)
+        return p
+
+    def track(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        *,
+        stream: str | None = None,
+        lane: str | None = None,
+        cluster: str | None = None,
+    ) -> None:
+        """Start tracking a partition (commits do it too) and set its labels."""
+        wanted = PartitionLabels(stream, lane, cluster)
+        labels = self._labels.setdefault(wanted, wanted)
+        key = (group, topic, partition)
+        p = self._parts.get(key)
+        if p is None:
+            self._add(key, labels)
+        else:
+            p.labels = labels
+
+    def forget(self, group: str, topic: str, partition: int) -> bool:
+        """Stop tracking a partition (its offset was deleted). True if it was tracked."""
+        p = self._parts.pop((group, topic, partition), None)
+        if p is None:
+            return False
+        p.log_end.members.remove(p)
+        self._free_slots.append(p.slot)
+        return True
+
+    def forget_group(self, group: str) -> int:
+        """Stop tracking every partition of a group; returns how many were dropped."""
+        keys = [key for key in self._parts if key[0] == group]
+        for key in keys:
+            self.forget(*key)
+        return len(keys)
+
+    # --- observations --------------------------------------------------------------
+
+    def observe_commit(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        commit_ms: int,
+        low_watermark_ts_ms: int | None = None,
+    ) -> None:
+        """A committed offset (``__consumer_offsets``), in log order."""
+        key = (group, topic, partition)
+        p = self._parts.get(key)
+        if p is None:
+            p = self._add(key, _NO_LABELS)
+        previous = p.committed
+        if offset != previous:
+            if offset < previous:
+                p.rewind_ms = commit_ms
+            p.committed = offset
+            p.changed_ms = commit_ms
+        p.commit_ms = commit_ms
+        if low_watermark_ts_ms is not None:
+            p.ts_offset = offset
+            p.ts_ms = low_watermark_ts_ms
+        end = p.log_end.end
+        if end < 0:
+            olag = -1
+        elif offset >= end:
+            p.caught_up_ms = commit_ms
+            self._push(p, commit_ms, 0.0, 0)
+            return
+        else:
+            olag = end - offset
+        if p.ts_offset == offset:
+            tlag = (commit_ms - p.ts_ms) / 1000.0
+            if tlag < 0.0:
+                tlag = 0.0
+        else:
+            tlag = _NAN
+        self._push(p, commit_ms, tlag, olag)
+
+    def observe_end_offset(
+        self, topic: str, partition: int, end_offset: int, observed_ms: int
+    ) -> None:
+        """The log-end offset of a topic-partition; older observations are ignored."""
+        log_end = self._log_end(topic, partition)
+        if observed_ms < log_end.observed_ms:
+            return
+        log_end.end = end_offset
+        log_end.observed_ms = observed_ms
+        if log_end.table is not None:
+            log_end.table.add(end_offset, observed_ms)
+        for p in log_end.members:
+            committed = p.committed
+            if committed < 0:
+                continue
+            if committed >= end_offset:
+                p.caught_up_ms = observed_ms
+                self._push(p, observed_ms, 0.0, 0)
+            else:
+                self._push(p, observed_ms, self._time_lag(p, observed_ms), end_offset - committed)
+
+    def observe_offset_timestamp(
+        self, group: str, topic: str, partition: int, offset: int, timestamp_ms: int
+    ) -> None:
+        """The timestamp of the record at ``offset`` (for groups without a low watermark)."""
+        p = self._parts.get((group, topic, partition))
+        if p is not None:
+            p.ts_offset = offset
+            p.ts_ms = timestamp_ms
+
+    def sample(self, now_ms: int) -> None:
+        """Add a history sample at ``now_ms`` to every partition (call it on a timer)."""
+        for p in self._parts.values():
+            if p.committed >= 0:
+                olag, tlag = self._lags(p, now_ms)
+                self._push(p, now_ms, tlag, olag)
+
+    # --- internals -----------------------------------------------------------------
+
+    @staticmethod
+    def _time_lag(p: _Partition, now_ms: int) -> float:
+        """Time lag of a partition known to be behind (NaN when unknown)."""
+        if p.ts_offset == p.committed:
+            lag = (now_ms - p.ts_ms) / 1000.0
+            return lag if lag > 0.0 else 0.0
+        return _NAN
+
+    def _lags(self, p: _Partition, now_ms: int) -> tuple[int, float]:
+        """(offset lag or -1, time lag or NaN) of a partition with a commit."""
+        end = p.log_end.end
+        committed = p.committed
+        if end >= 0:
+            if committed >= end:
+                return 0, 0.0
+            return end - committed, self._time_lag(p, now_ms)
+        return -1, self._time_lag(p, now_ms)
+
+    def _push(self, p: _Partition, t: int, tlag: float, olag: int) -> None:
+        n = self._hsize
+        base = p.slot * n
+        times = self._h_time
+        head = p.head
+        if p.count:
+            last = base + (head - 1 if head else n - 1)
+            newest = times[last]
+            bucket = self._bucket_ms
+            if t // bucket == newest // bucket:
+                if t >= newest:
+                    times[last] = t
+                    self._h_tlag[last] = tlag
+                    self._h_olag[last] = olag
+                return
+            if t < newest:
+                return  # older than the newest bucket: history only moves forward
+        i = base + head
+        times[i] = t
+        self._h_tlag[i] = tlag
+        self._h_olag[i] = olag
+        p.head = head + 1 if head + 1 < n else 0
+        if p.count < n:
+            p.count += 1
+
+    def _samples(self, p: _Partition) -> Iterator[tuple[int, float, int]]:
+        """History of a partition, oldest first, as raw (time, time lag, offset lag)."""
+        n = self._hsize
+        base = p.slot * n
+        start = p.head - p.count
+        for j in range(start, p.head):
+            i = base + (j % n)
+            yield self._h_time[i], self._h_tlag[i], self._h_olag[i]
+
+    def _lag_grew(self, p: _Partition, now_ms: int) -> bool:
+        """Rule 4b: the lag grew, sample after sample, over the window."""
+        since = now_ms - self._window_ms
+        window = [s for s in self._samples(p) if since <= s[0] <= now_ms]
+        th = self.thresholds
+        if len(window) < th.warn_min_samples:
+            return False
+        tlags = [s[1] for s in window]
+        if not any(math.isnan(x) for x in tlags):
+            return (
+                all(b >= a for a, b in pairwise(tlags))
+                and tlags[-1] - tlags[0] >= th.warn_min_growth_s
+            )
+        olags = [s[2] for s in window]
+        if any(x < 0 for x in olags):
+            return False
+        return all(b >= a for a, b in pairwise(olags)) and olags[-1] > olags[0]
+
+    def _status(self, p: _Partition, now_ms: int, olag: int, tlag: float) -> LagStatus:
+        if olag <= 0:
+            return LagStatus.OK
+        caught_up = p.caught_up_ms
+        if p.rewind_ms > caught_up and now_ms - p.rewind_ms <= self._window_ms:
+            return LagStatus.ERR
+        if now_ms - max(p.commit_ms, caught_up) > self._stop_ms:
+            return LagStatus.STOP
+        if p.commit_ms > p.changed_ms and now_ms - max(p.changed_ms, caught_up) > self._stall_ms:
+            return LagStatus.STALL
+        warn_at = self.thresholds.warn_time_lag_s
+        if warn_at is not None and tlag > warn_at:  # NaN compares False
+            return LagStatus.WARN
+        if now_ms - caught_up > self._window_ms and self._lag_grew(p, now_ms):
+            return LagStatus.WARN
+        return LagStatus.OK
+
+    def _report(self, p: _Partition, now_ms: int) -> PartitionLag:
+        group, topic, partition = p.key
+        log_end = p.log_end
+        end = log_end.end if log_end.end >= 0 else None
+        if p.committed < 0:
+            return PartitionLag(
+                group, topic, partition, None, end, None, None, LagStatus.OK, None, p.labels
+            )
+        olag, tlag = self._lags(p, now_ms)
+        estimate = None
+        if log_end.table is not None:
+            estimate = log_end.table.time_lag_s(p.committed, now_ms)
+        return PartitionLag(
+            group,
+            topic,
+            partition,
+            p.committed,
+            end,
+            olag if olag >= 0 else None,
+            None if tlag != tlag else tlag,
+            self._status(p, now_ms, olag, tlag),
+            p.commit_ms,
+            p.labels,
+            estimate,
+        )
+
+    # --- queries -------------------------------------------------------------------
+
+    def partition(self, group: str, topic: str, partition: int, now_ms: int) -> PartitionLag | None:
+        """The lag of one partition at ``now_ms``, or None if it is not tracked."""
+        p = self._parts.get((group, topic, partition))
+        return None if p is None else self._report(p, now_ms)
+
+    def partitions(self, now_ms: int) -> Iterator[PartitionLag]:
+        """The lag of every tracked partition at ``now_ms`` (in no particular order)."""
+        for p in list(self._parts.values()):
+            yield self._report(p, now_ms)
+
+    def history(self, group: str, topic: str, partition: int) -> list[LagSample]:
+        """The history of one partition, oldest first (empty if not tracked)."""
+        p = self._parts.get((group, topic, partition))
+        if p is None:
+            return []
+        return [
+            LagSample(t, None if tl != tl else float(tl), ol if ol >= 0 else None)
+            for t, tl, ol in self._samples(p)
+        ]
+
+    def aggregate(self, now_ms: int, *, by_topic: bool = True) -> list[LagAggregate]:
+        """Per (group, topic) -- or per group with ``by_topic=False`` -- sorted by name."""
+        acc: dict[tuple[str, str], _Totals] = {}
+        for p in self._parts.values():
+            group, topic, _ = p.key
+            key = (group, topic if by_topic else "")
+            totals = acc.get(key)
+            if totals is None:
+                totals = acc[key] = _Totals()
+            totals.partitions += 1
+            if p.committed < 0:
+                continue
+            olag, tlag = self._lags(p, now_ms)
+            if olag > 0:
+                totals.offset_lag += olag
+            if tlag == tlag:
+                if tlag > totals.max_time_lag_s:
+                    totals.max_time_lag_s = tlag
+            elif olag != 0:
+                totals.unknown_time_lag += 1
+            status = self._status(p, now_ms, olag, tlag)
+            if status > totals.status:
+                totals.status = status
+        return [
+            LagAggregate(
+                group,
+                topic if by_topic else None,
+                t.partitions,
+                t.offset_lag,
+                t.max_time_lag_s if t.max_time_lag_s >= 0.0 else None,
+                t.status,
+                t.unknown_time_lag,
+            )
+            for (group, topic), t in sorted(acc.items())
+        ]
+
+    def timestamp_lookups(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of the partitions that may be
+        behind (end offset above the committed offset, or unknown) and have no timestamp
+        for the record at their committed offset: what an adapter should look up for
+        foreign groups."""
+        out = []
+        for p in self._parts.values():
+            committed = p.committed
+            if committed < 0 or p.ts_offset == committed:
+                continue
+            end = p.log_end.end
+            if end < 0 or committed < end:
+                out.append((*p.key, committed))
+        return out
