@@ -1,0 +1,282 @@
+"""Streams, lanes, segments and the routing table: names and the state machine. Pure.
+
+A stream has lanes; each lane lives in one or more *segments* (cluster, topic,
+partitions, state, epoch). The routing table of a stream is all of its segments plus
+the stream's epoch, which only grows. Invariants kept by every transition here:
+
+- at most one ``active`` segment per lane (exactly one while the stream exists);
+- the epoch of a routing table never decreases, and every change of segments bumps it;
+- a segment only moves forward: active -> draining -> sealed -> retired
+  (or draining/sealed -> lost, when an operator declares a dead cluster's data lost);
+- physical topic names are derived, never chosen: ``sp.<stream>.<lane>.e<epoch>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from streamplane.exceptions import ConfigError
+
+DLQ_LANE = "dlq"
+DEFAULT_LANES: tuple[str, ...] = ("realtime", "bulk")
+
+_STREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_LANE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class SegmentState(StrEnum):
+    ACTIVE = "active"
+    DRAINING = "draining"
+    SEALED = "sealed"
+    RETIRED = "retired"
+    LOST = "lost"
+
+
+_NEXT_STATES: Mapping[SegmentState, frozenset[SegmentState]] = {
+    SegmentState.ACTIVE: frozenset({SegmentState.DRAINING}),
+    SegmentState.DRAINING: frozenset({SegmentState.SEALED, SegmentState.LOST}),
+    SegmentState.SEALED: frozenset({SegmentState.RETIRED, SegmentState.LOST}),
+    SegmentState.RETIRED: frozenset(),
+    SegmentState.LOST: frozenset(),
+}
+
+# States whose records consumers still read.
+READABLE_STATES = frozenset({SegmentState.ACTIVE, SegmentState.DRAINING, SegmentState.SEALED})
+
+
+def validate_stream_name(name: str) -> str:
+    if not _STREAM_NAME.match(name):
+        raise ConfigError(
+            f"invalid stream name {name!r}: use 1-63 lower-case letters, digits and '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def validate_lane_name(name: str) -> str:
+    if not _LANE_NAME.match(name):
+        raise ConfigError(
+            f"invalid lane name {name!r}: use 1-31 lower-case letters, digits and '-', "
+            "starting with a letter"
+        )
+    return name
+
+
+def validate_cluster_name(name: str) -> str:
+    if not _CLUSTER_NAME.match(name):
+        raise ConfigError(
+            f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' and '-'"
+        )
+    return name
+
+
+def validate_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
+    """Lanes in priority order (first = highest). The dlq lane is implicit and last."""
+    if not lanes:
+        raise ConfigError("a stream needs at least one lane")
+    seen: set[str] = set()
+    for lane in lanes:
+        validate_lane_name(lane)
+        if lane == DLQ_LANE:
+            raise ConfigError("the dlq lane is implicit: do not list it")
+        if lane in seen:
+            raise ConfigError(f"lane {lane!r} listed twice")
+        seen.add(lane)
+    return tuple(lanes)
+
+
+def physical_topic(stream: str, lane: str, epoch: int) -> str:
+    return f"sp.{stream}.{lane}.e{epoch}"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The physical home of one lane at one time."""
+
+    lane: str
+    cluster: str
+    topic: str
+    partitions: int
+    state: SegmentState
+    epoch: int
+    # Per partition, the end offset once the segment is sealed (no more writes).
+    sealed_end_offsets: Mapping[int, int] = field(default_factory=dict)
+
+    @property
+    def readable(self) -> bool:
+        return self.state in READABLE_STATES
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """Every segment of a stream, with the stream's epoch."""
+
+    stream: str
+    epoch: int
+    lanes: tuple[str, ...]  # priority order, without the dlq lane
+    segments: tuple[Segment, ...]
+
+    @property
+    def all_lanes(self) -> tuple[str, ...]:
+        return (*self.lanes, DLQ_LANE)
+
+    def active(self, lane: str) -> Segment:
+        for s in self.segments:
+            if s.lane == lane and s.state is SegmentState.ACTIVE:
+                return s
+        if lane not in self.all_lanes:
+            raise ConfigError(
+                f"stream {self.stream!r} has no lane {lane!r} (lanes: {', '.join(self.all_lanes)})"
+            )
+        raise ConfigError(f"lane {lane!r} of stream {self.stream!r} has no active segment")
+
+    def readable(self, lanes: Iterable[str] | None = None) -> list[Segment]:
+        """Segments consumers read, in lane priority order, oldest epoch first."""
+        wanted = list(lanes) if lanes is not None else list(self.all_lanes)
+        order = {lane: i for i, lane in enumerate(self.all_lanes)}
+        return sorted(
+            (s for s in self.segments if s.readable and s.lane in wanted),
+            key=lambda s: (order.get(s.lane, len(order)), s.epoch, s.cluster),
+        )
+
+    def lane_priority(self, lane: str) -> int:
+        """0 for the highest-priority lane; the dlq lane last."""
+        return self.all_lanes.index(lane)
+
+
+def new_routing_table(
+    stream: str, lanes: Sequence[str], cluster: str, partitions: int, dlq_partitions: int = 1
+) -> RoutingTable:
+    """The routing table of a new stream: epoch 1, one active segment per lane and dlq."""
+    validate_stream_name(stream)
+    validate_cluster_name(cluster)
+    lanes_t = validate_lanes(lanes)
+    if partitions < 1 or dlq_partitions < 1:
+        raise ConfigError("partitions must be at least 1")
+    segments = tuple(
+        Segment(
+            lane=lane,
+            cluster=cluster,
+            topic=physical_topic(stream, lane, 1),
+            partitions=dlq_partitions if lane == DLQ_LANE else partitions,
+            state=SegmentState.ACTIVE,
+            epoch=1,
+        )
+        for lane in (*lanes_t, DLQ_LANE)
+    )
+    return RoutingTable(stream=stream, epoch=1, lanes=lanes_t, segments=segments)
+
+
+def move_lanes(
+    table: RoutingTable,
+    lanes: Sequence[str],
+    cluster: str,
+    partitions: int | None = None,
+) -> RoutingTable:
+    """Failover/repartition: new active segments for ``lanes`` in a new epoch.
+
+    The old active segments become draining; their records are still read.
+    """
+    validate_cluster_name(cluster)
+    if not lanes:
+        raise ConfigError("name at least one lane to move")
+    for lane in lanes:
+        table.active(lane)  # raises for unknown lanes
+    if partitions is not None and partitions < 1:
+        raise ConfigError("partitions must be at least 1")
+    epoch = table.epoch + 1
+    segments: list[Segment] = []
+    for s in table.segments:
+        if s.lane in lanes and s.state is SegmentState.ACTIVE:
+            segments.append(replace(s, state=SegmentState.DRAINING))
+            segments.append(
+                Segment(
+                    lane=s.lane,
+                    cluster=cluster,
+                    topic=physical_topic(table.stream, s.lane, epoch),
+                    partitions=partitions or s.partitions,
+                    state=SegmentState.ACTIVE,
+                    epoch=epoch,
+                )
+            )
+        else:
+            segments.append(s)
+    return replace(table, epoch=epoch, segments=tuple(segments))
+
+
+def transition(
+    table: RoutingTable,
+    topic: str,
+    cluster: str,
+    to: SegmentState,
+    sealed_end_offsets: Mapping[int, int] | None = None,
+) -> RoutingTable:
+    """Move one segment forward in its life cycle (bumps the epoch)."""
+    segments = []
+    found = False
+    for s in table.segments:
+        if s.topic == topic and s.cluster == cluster:
+            found = True
+            if to not in _NEXT_STATES[s.state]:
+                raise ConfigError(f"segment {topic} on {cluster} cannot go from {s.state} to {to}")
+            s = replace(
+                s,
+                state=to,
+                sealed_end_offsets=dict(sealed_end_offsets or s.sealed_end_offsets),
+            )
+        segments.append(s)
+    if not found:
+        raise ConfigError(f"stream {table.stream!r} has no segment {topic} on {cluster}")
+    return replace(table, epoch=table.epoch + 1, segments=tuple(segments))
+
+
+def routing_to_json(table: RoutingTable) -> dict[str, object]:
+    """The wire form served by ``GET /v1/streams/{name}/routing``."""
+    return {
+        "stream": table.stream,
+        "epoch": table.epoch,
+        "lanes": list(table.lanes),
+        "segments": [
+            {
+                "lane": s.lane,
+                "cluster": s.cluster,
+                "topic": s.topic,
+                "partitions": s.partitions,
+                "state": s.state.value,
+                "epoch": s.epoch,
+                "sealed_end_offsets": {str(p): o for p, o in s.sealed_end_offsets.items()},
+            }
+            for s in table.segments
+        ],
+    }
+
+
+def routing_from_json(data: Mapping[str, object]) -> RoutingTable:
+    """Inverse of ``routing_to_json``; raises ConfigError on a malformed document."""
+    try:
+        segments = tuple(
+            Segment(
+                lane=str(s["lane"]),
+                cluster=str(s["cluster"]),
+                topic=str(s["topic"]),
+                partitions=int(s["partitions"]),
+                state=SegmentState(s["state"]),
+                epoch=int(s["epoch"]),
+                sealed_end_offsets={
+                    int(p): int(o) for p, o in dict(s.get("sealed_end_offsets") or {}).items()
+                },
+            )
+            for s in data["segments"]  # type: ignore[attr-defined]
+        )
+        return RoutingTable(
+            stream=str(data["stream"]),
+            epoch=int(data["epoch"]),  # type: ignore[call-overload]
+            lanes=tuple(str(x) for x in data["lanes"]),  # type: ignore[attr-defined]
+            segments=segments,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"malformed routing table: {exc}") from exc
