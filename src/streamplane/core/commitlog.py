@@ -124,6 +124,7 @@ MAX_METADATA_BODY_BYTES = 1 << 20
 DEFAULT_MAX_FULL_BODY_BYTES = 256 << 20
 """Default bound on the decompressed body of a spilled ``encode_full`` blob."""
 _FIRST_TRY_BODY_BYTES = 64 << 10  # decompress into a small buffer first
+_MAX_WINDOW = 8 << 20  # the largest zstd window our encoder uses
 
 # zstd is tried only for bodies this long or longer (shorter never wins); the level
 # drops for large bodies so that a budget search over a huge state stays cheap.
@@ -691,16 +692,24 @@ def peek_low_watermark_timestamp(metadata: str | None) -> int | None:
 
 
 def _decompress(payload: bytes, limit: int) -> bytes:
-    decompressor = zstandard.ZstdDecompressor(format=zstandard.FORMAT_ZSTD1_MAGICLESS)
-    try:
-        return decompressor.decompress(payload, max_output_size=min(limit, _FIRST_TRY_BODY_BYTES))
-    except zstandard.ZstdError:
-        if limit <= _FIRST_TRY_BODY_BYTES:
-            raise CodecError(f"commit body is corrupt or inflates beyond {limit} bytes") from None
-    try:
-        return decompressor.decompress(payload, max_output_size=limit)
-    except zstandard.ZstdError:
-        raise CodecError(f"commit body is corrupt or inflates beyond {limit} bytes") from None
+    # Our frames never declare a content size (and so are never single-segment): a
+    # frame that does is foreign, and refusing it keeps a forged size from steering
+    # the allocation. Output is bounded by `limit`, the window by _MAX_WINDOW.
+    if not payload or payload[0] & 0xE0:
+        raise CodecError("commit body is not a streamplane zstd frame")
+    decompressor = zstandard.ZstdDecompressor(
+        max_window_size=_MAX_WINDOW, format=zstandard.FORMAT_ZSTD1_MAGICLESS
+    )
+    first_try = min(limit, _FIRST_TRY_BODY_BYTES)
+    for size in (first_try, limit) if limit > first_try else (first_try,):
+        try:
+            body: bytes = decompressor.decompress(payload, max_output_size=size)
+        except zstandard.ZstdError:
+            continue
+        except MemoryError:
+            break
+        return body
+    raise CodecError(f"commit body is corrupt or inflates beyond {limit} bytes")
 
 
 class _Reader:
