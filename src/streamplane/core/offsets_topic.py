@@ -426,12 +426,12 @@ class OffsetsTopicDecoder:
 
     def decode(self, key: bytes, value: bytes | None) -> OffsetsRecord:
         """Same contract as ``decode_record``."""
+        if type(key) is not bytes:
+            if key is None:
+                raise CodecError("__consumer_offsets record without a key")
+            key = _as_bytes(key, "key")
         parsed = self._keys.get(key)
         if parsed is None:
-            if type(key) is not bytes:
-                if key is None:
-                    raise CodecError("__consumer_offsets record without a key")
-                key = _as_bytes(key, "key")
             version, group, topic, partition = _parse_key(key)
             names = self._names
             parsed = (
