@@ -1,0 +1,861 @@
+"""The Assigner: leases, sticky load-aware balancing and safe hand-over of work units. Pure.
+
+The members of a group heartbeat to the control plane with their load; the Assigner
+answers each heartbeat with the work units the member owns and a lease on them. This
+module is the whole decision: a ``GroupState`` and a heartbeat go in, a new
+``GroupState`` and the member's ``MemberAssignment`` come out. No clock (``now`` is an
+argument, in seconds on the control plane's clock), no I/O, no threads; states are
+immutable values, so a caller may keep the old one, persist the new one, or replay.
+
+Vocabulary
+----------
+work unit        one partition of one segment: ``WorkUnit(topic, partition, cluster)``.
+holder           the member that holds a unit (``GroupState.owners``). A holder may be
+                 *releasing* the unit.
+pending release  a unit the Assigner has taken away from its holder: the holder's
+                 responses no longer list it in ``work_units`` and list it in ``release``
+                 instead; it goes to its *target* (``PendingRelease.target``) when the
+                 holder hands it back (``released=`` of a heartbeat, or ``leave``) or when
+                 the holder's lease on it has run out (``PendingRelease.deadline``).
+                 A unit removed from the routing stays pending (target None) until its
+                 holder has let go, so that re-adding it cannot give it a second owner.
+lease            a response lets the member process the units it lists until its
+                 ``lease_expiry``; a later response that omits a unit ends that unit's
+                 lease at once. ``lease_expiry = max(previous expiry, now + lease_ttl_s)``:
+                 a lease never shrinks, even if ``now`` goes backwards.
+generation       a counter a member can compare to notice that assignments changed.
+
+Invariants (``invariant_violations`` checks the state-level ones; the tests check all
+of them over random histories)
+-----------------------------------------------------------------------------------
+1. Single owner. At any instant at most one member holds a live lease on a unit: a unit
+   is listed only in its holder's responses, and only while it is not pending release.
+2. Release before move. A held unit reaches another member only after the holder
+   released it (heartbeat ``released=``, or ``leave``: the caller promises the member has
+   stopped), or after every lease the holder was given on it has expired: its whole
+   lease (``expire``), or the last lease that listed the unit (the pending deadline).
+3. Expiry bound. A member that stops heartbeating loses its units at its
+   ``lease_expiry`` (``lease_ttl_s`` after its last heartbeat): the first operation with
+   ``now >= lease_expiry`` removes it and hands its units to the others at once. A unit
+   asked back is handed over no later than the holder's lease expiry at the time it was
+   asked back, acknowledged or not. Members should stop a little *before* the expiry, on
+   their own clock, to cover network delay and clock skew.
+4. Generation monotonic. ``generation`` never decreases, and increases exactly when the
+   set of units some member may process (``work_units`` of its next response) changes.
+5. Settled. After every operation, if the group has members, every work unit has a
+   holder; ``owners``, ``pending`` and each ``MemberState`` agree.
+
+Balancing
+---------
+Runs when membership or the set of units changes, when units become free, and on a
+heartbeat at most every ``rebalance_interval_s`` (load-driven; load figures are noisy and
+acting on every heartbeat would make units flap).
+
+- Weights. A unit weighs its measured throughput (records/s), as reported by its holder
+  (else by any member that reports it); units without a measurement weigh the median of
+  the measured ones, or 1 when nothing is measured. Every weight is at least 1% of that
+  default: idle partitions still cost a fetch session, and zero weights would let every
+  idle unit pile up on one member. Backlog is carried in the load but not weighted.
+- Capacity. A member's capacity is the throughput it could sustain at full CPU. When it
+  reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
+  and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
+  range); otherwise ``reference speed * max(min_capacity, 1 - c)``, the reference being
+  the median speed of the members that report both (1 when none do). So a member at 90%
+  CPU gets fewer units than members at 20%; and, unlike a rule on headroom alone, moving
+  load does not change the estimate (CPU falls with the load that leaves), so the
+  assignment does not swing back and forth.
+- Target. Member ``m`` should carry ``W * capacity_m / sum(capacity)`` of the total
+  weight ``W``. Its ratio is load / target.
+- Free units are placed heaviest first on the member with the lowest ratio after the
+  placement (longest-processing-time first, uniform machines).
+- Moves happen only while some member is outside ``1 +- imbalance_tolerance``
+  (stickiness). Each move takes one unit from the most loaded member to the least
+  loaded one, best fit (the heaviest unit that brings neither past its target;
+  otherwise the lightest one, if it still helps), preferring units that are already
+  moving (retargeting a pending release costs nothing). Every move strictly lowers
+  ``sum(load_m ** 2 / target_m)``, so balancing always ends, and with unchanged loads a
+  second pass moves nothing.
+- Deterministic: same state and input, same result. Ties between members are broken by
+  a hash of ``(seed, member_id)``, ties between units by their sort order; nothing
+  depends on set or dict iteration order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+from bisect import bisect_right, insort
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import median
+from types import MappingProxyType
+
+from streamplane.exceptions import ConfigError
+
+__all__ = [
+    "AssignerConfig",
+    "GroupState",
+    "MemberAssignment",
+    "MemberLoad",
+    "MemberState",
+    "PendingRelease",
+    "UnitLoad",
+    "WorkUnit",
+    "assignment_of",
+    "expire",
+    "heartbeat",
+    "initial_state",
+    "invariant_violations",
+    "leave",
+    "rebalance",
+    "set_work_units",
+]
+
+# Every unit weighs at least this fraction of the default weight (see "Weights").
+_WEIGHT_FLOOR = 0.01
+# Relative slack for float comparisons, so rounding can never make two moves undo each other.
+_EPS = 1e-9
+
+
+def _finite(value: float, what: str) -> float:
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{what} must be a finite number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class WorkUnit:
+    """One partition of one segment: the unit of work the Assigner hands out."""
+
+    topic: str
+    partition: int
+    cluster: str
+
+    def __post_init__(self) -> None:
+        if not self.topic or not self.cluster:
+            raise ConfigError(f"a work unit needs a topic and a cluster: {self!r}")
+        if self.partition < 0:
+            raise ConfigError(f"a work unit's partition must be >= 0: {self!r}")
+
+
+def _unit_key(unit: WorkUnit) -> tuple[str, int, str]:
+    # Same order as WorkUnit's own, but compared in C: sorting 10,000 units stays cheap.
+    return (unit.topic, unit.partition, unit.cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitLoad:
+    """What a member measured on one work unit."""
+
+    throughput: float = 0.0  # records/s
+    backlog: int = 0  # records behind the end of the partition
+
+    def __post_init__(self) -> None:
+        if _finite(self.throughput, "throughput") < 0:
+            raise ConfigError(f"throughput must be >= 0, got {self.throughput}")
+        if self.backlog < 0:
+            raise ConfigError(f"backlog must be >= 0, got {self.backlog}")
+
+
+def _no_units() -> Mapping[WorkUnit, UnitLoad]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLoad:
+    """The load a member reports with each heartbeat."""
+
+    cpu: float = 0.0  # 0..1, share of the member's CPU in use
+    records_per_s: float = 0.0  # over all its units
+    units: Mapping[WorkUnit, UnitLoad] = field(default_factory=_no_units)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= _finite(self.cpu, "cpu") <= 1.0:
+            raise ConfigError(f"cpu must be within 0..1, got {self.cpu}")
+        if _finite(self.records_per_s, "records_per_s") < 0:
+            raise ConfigError(f"records_per_s must be >= 0, got {self.records_per_s}")
+        # A private read-only copy: a caller reusing its dict cannot change a stored state.
+        object.__setattr__(self, "units", MappingProxyType(dict(self.units)))
+
+
+@dataclass(frozen=True, slots=True)
+class AssignerConfig:
+    """Tuning of one group's Assigner."""
+
+    lease_ttl_s: float = 2.0
+    # A member is imbalanced when its load is outside target * (1 +- tolerance).
+    imbalance_tolerance: float = 0.10
+    # Floor of a member's CPU headroom (and of the CPU used to estimate its speed).
+    min_capacity: float = 0.05
+    # Load-driven balancing runs at most this often (structural changes act at once);
+    # math.inf turns it off.
+    rebalance_interval_s: float = 10.0
+    seed: int = 0  # tie-breaks between members
+
+    def __post_init__(self) -> None:
+        if _finite(self.lease_ttl_s, "lease_ttl_s") <= 0:
+            raise ConfigError(f"lease_ttl_s must be > 0, got {self.lease_ttl_s}")
+        if not 0.0 <= _finite(self.imbalance_tolerance, "imbalance_tolerance") < 1.0:
+            raise ConfigError(
+                f"imbalance_tolerance must be within [0, 1), got {self.imbalance_tolerance}"
+            )
+        if not 0.0 < _finite(self.min_capacity, "min_capacity") <= 1.0:
+            raise ConfigError(f"min_capacity must be within (0, 1], got {self.min_capacity}")
+        if math.isnan(self.rebalance_interval_s) or self.rebalance_interval_s <= 0:
+            raise ConfigError(f"rebalance_interval_s must be > 0, got {self.rebalance_interval_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """A live member as the Assigner knows it."""
+
+    member_id: str
+    load: MemberLoad
+    last_heartbeat: float
+    lease_expiry: float  # the latest expiry granted; the member is gone once now >= it
+    units: frozenset[WorkUnit]  # the units it holds, including those it must release
+    releasing: frozenset[WorkUnit]  # subset of ``units``: pending release
+
+    @property
+    def active(self) -> frozenset[WorkUnit]:
+        """The units the member may process: held and not being released."""
+        return self.units - self.releasing if self.releasing else self.units
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRelease:
+    """A unit taken from its holder, waiting for the holder to let go."""
+
+    holder: str
+    target: str | None  # the next holder; None: none yet (or the unit left the routing)
+    deadline: float  # the holder's last lease listing the unit ends here
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """The Assigner's state for one group. Immutable: operations return a new one.
+
+    The mappings are read-only views; build a first state with ``initial_state``.
+    """
+
+    config: AssignerConfig
+    work_units: frozenset[WorkUnit]
+    members: Mapping[str, MemberState]
+    owners: Mapping[WorkUnit, str]  # unit -> holder; a unit leaving the routing may linger
+    pending: Mapping[WorkUnit, PendingRelease]
+    generation: int = 0
+    # A lower bound on the earliest lease expiry and pending deadline: before it, no
+    # operation has anything to expire (keeps the steady-state heartbeat O(1)).
+    next_deadline: float = math.inf
+    next_balance_at: float = -math.inf  # when a heartbeat may next balance on load
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    """The answer to a heartbeat."""
+
+    work_units: frozenset[WorkUnit]  # process these until lease_expiry
+    release: frozenset[WorkUnit]  # stop these, then hand them back in ``released=``
+    lease_expiry: float
+    generation: int
+
+
+def initial_state(
+    config: AssignerConfig | None = None, work_units: Iterable[WorkUnit] = ()
+) -> GroupState:
+    """A group with no members yet."""
+    return GroupState(
+        config=config if config is not None else AssignerConfig(),
+        work_units=frozenset(work_units),
+        members=MappingProxyType({}),
+        owners=MappingProxyType({}),
+        pending=MappingProxyType({}),
+    )
+
+
+def assignment_of(state: GroupState, member_id: str) -> MemberAssignment:
+    """What ``member_id`` was last told, as of ``state`` (its lease is not renewed)."""
+    member = state.members.get(member_id)
+    if member is None:
+        raise ConfigError(f"unknown member {member_id!r}")
+    return MemberAssignment(member.active, member.releasing, member.lease_expiry, state.generation)
+
+
+def heartbeat(
+    state: GroupState,
+    member_id: str,
+    load: MemberLoad,
+    now: float,
+    released: Iterable[WorkUnit] = (),
+) -> tuple[GroupState, MemberAssignment]:
+    """Record a heartbeat of ``member_id`` at ``now`` and answer it.
+
+    An unknown member joins (so does a member whose lease had expired: it lost its units).
+    ``released`` hands units back: ones the member was asked to release (they move on to
+    their target), or any other it holds (they are freed and placed again, possibly on the
+    same member). Only units the member has stopped processing may be listed. Members
+    whose lease ran out by ``now`` are expired first, so a heartbeat at a dead member's
+    expiry already gets that member's units.
+
+    >>> unit = WorkUnit("sp.logs.realtime.e1", 0, "local-a")
+    >>> state = initial_state(AssignerConfig(lease_ttl_s=2.0), [unit])
+    >>> state, answer = heartbeat(state, "worker-1", MemberLoad(cpu=0.2), now=100.0)
+    >>> sorted(answer.work_units) == [unit], answer.lease_expiry, answer.generation
+    (True, 102.0, 1)
+    """
+    if not isinstance(member_id, str) or not member_id:
+        raise ConfigError(f"member_id must be a non-empty string, got {member_id!r}")
+    now = _finite(now, "now")
+    config = state.config
+    gone = frozenset(released)
+    member = state.members.get(member_id)
+    if (
+        member is not None
+        and now < state.next_deadline
+        and now < state.next_balance_at
+        and (not gone or gone.isdisjoint(member.units))
+    ):
+        # Steady state: nothing expires, nothing is handed back, no balancing is due.
+        member = MemberState(
+            member_id,
+            load,
+            max(member.last_heartbeat, now),
+            max(member.lease_expiry, now + config.lease_ttl_s),
+            member.units,
+            member.releasing,
+        )
+        members = dict(state.members)
+        members[member_id] = member
+        new_state = GroupState(
+            config,
+            state.work_units,
+            MappingProxyType(members),
+            state.owners,
+            state.pending,
+            state.generation,
+            state.next_deadline,
+            state.next_balance_at,
+        )
+        return new_state, MemberAssignment(
+            member.active, member.releasing, member.lease_expiry, state.generation
+        )
+
+    draft = _Draft(state)
+    draft.advance(now)
+    member = draft.members.get(member_id)
+    if member is None:
+        # Nothing has been granted yet: the lease starts at the end of this heartbeat.
+        draft.members[member_id] = MemberState(member_id, load, now, now, frozenset(), frozenset())
+        draft.replan = True
+    else:
+        draft.members[member_id] = MemberState(
+            member_id,
+            load,
+            max(member.last_heartbeat, now),
+            member.lease_expiry,  # revocations in this call end at the lease granted before
+            member.units,
+            member.releasing,
+        )
+        if gone:
+            held = draft.held(member_id)
+            for unit in sorted(gone & held, key=_unit_key):
+                draft.release(member_id, unit)
+    draft.settle(now, balance=now >= state.next_balance_at)
+    draft.grant(member_id, now + config.lease_ttl_s)
+    new_state = draft.freeze()
+    return new_state, assignment_of(new_state, member_id)
+
+
+def expire(state: GroupState, now: float) -> GroupState:
+    """Remove the members whose lease expired by ``now`` and hand their units on.
+
+    Also hands over pending units whose holder's lease on them ran out.
+    """
+    now = _finite(now, "now")
+    if now < state.next_deadline:
+        return state
+    draft = _Draft(state)
+    draft.advance(now)
+    draft.settle(now, balance=False)
+    return draft.freeze()
+
+
+def leave(state: GroupState, member_id: str) -> GroupState:
+    """Graceful departure: the member has stopped processing; its units move on now.
+
+    Unknown members are ignored (leaving twice is harmless).
+    """
+    if member_id not in state.members:
+        return state
+    draft = _Draft(state)
+    draft.remove_member(member_id)
+    draft.settle(None, balance=False)
+    return draft.freeze()
+
+
+def set_work_units(state: GroupState, units: Iterable[WorkUnit]) -> GroupState:
+    """Replace the set of work units (the routing changed).
+
+    New units are placed at once; a removed unit is asked back from its holder and
+    forgotten once released (or once the holder's lease on it ran out).
+    """
+    new_units = frozenset(units)
+    if new_units == state.work_units:
+        return state
+    draft = _Draft(state)
+    draft.set_units(new_units)
+    draft.settle(None, balance=False)
+    return draft.freeze()
+
+
+def rebalance(state: GroupState) -> GroupState:
+    """Balance on the last reported loads now, whatever ``rebalance_interval_s`` says."""
+    draft = _Draft(state)
+    draft.settle(None, balance=True)
+    return draft.freeze()
+
+
+def invariant_violations(state: GroupState) -> list[str]:
+    """The state-level invariants that ``state`` breaks (empty when it is sound)."""
+    problems: list[str] = []
+    members = state.members
+    held: dict[str, set[WorkUnit]] = {m: set() for m in members}
+    for unit, holder in state.owners.items():
+        if holder not in members:
+            problems.append(f"{unit} is held by unknown member {holder!r}")
+            continue
+        held[holder].add(unit)
+        if unit not in state.work_units and unit not in state.pending:
+            problems.append(f"{unit} left the routing but is not being released")
+    for unit, pending in state.pending.items():
+        if state.owners.get(unit) != pending.holder:
+            problems.append(f"{unit} is pending release from {pending.holder!r}, not its holder")
+        if pending.target is not None:
+            if pending.target not in members:
+                problems.append(f"{unit} is pending release to unknown {pending.target!r}")
+            if pending.target == pending.holder:
+                problems.append(f"{unit} is pending release to its own holder")
+            if unit not in state.work_units:
+                problems.append(f"{unit} left the routing but has a target")
+    for member_id, member in members.items():
+        if member.member_id != member_id:
+            problems.append(f"member {member_id!r} is filed as {member.member_id!r}")
+        if member.units != held[member_id]:
+            problems.append(f"member {member_id!r}: units disagree with owners")
+        releasing = {u for u in member.units if u in state.pending}
+        if member.releasing != releasing:
+            problems.append(f"member {member_id!r}: releasing disagrees with pending")
+        if member.lease_expiry < state.next_deadline:
+            problems.append(f"member {member_id!r} expires before next_deadline")
+    if any(p.deadline < state.next_deadline for p in state.pending.values()):
+        problems.append("a pending deadline precedes next_deadline")
+    if members:
+        free = [u for u in state.work_units if u not in state.owners]
+        if free:
+            problems.append(f"{len(free)} units have no holder, e.g. {min(free)}")
+    if state.generation < 0:
+        problems.append("negative generation")
+    return problems
+
+
+class _Draft:
+    """A mutable working copy of a GroupState for the length of one operation."""
+
+    def __init__(self, state: GroupState) -> None:
+        self.config = state.config
+        self.work_units = state.work_units
+        self.members: dict[str, MemberState] = dict(state.members)
+        self.owners: dict[WorkUnit, str] = dict(state.owners)
+        self.pending: dict[WorkUnit, PendingRelease] = dict(state.pending)
+        self.generation = state.generation
+        self.next_deadline = state.next_deadline
+        self.next_balance_at = state.next_balance_at
+        # Mutable copies of the unit sets of the members this operation touches.
+        self._held: dict[str, set[WorkUnit]] = {}
+        self._releasing: dict[str, set[WorkUnit]] = {}
+        self.changed = False  # some member's active units changed: bump the generation
+        self.replan = False  # membership or routing changed, or units became free
+
+    def held(self, member_id: str) -> set[WorkUnit]:
+        units = self._held.get(member_id)
+        if units is None:
+            units = self._held[member_id] = set(self.members[member_id].units)
+        return units
+
+    def releasing(self, member_id: str) -> set[WorkUnit]:
+        units = self._releasing.get(member_id)
+        if units is None:
+            units = self._releasing[member_id] = set(self.members[member_id].releasing)
+        return units
+
+    # -- elementary transitions ------------------------------------------------------
+
+    def assign(self, unit: WorkUnit, member_id: str) -> None:
+        """A free unit gets a holder (nobody else can be processing it)."""
+        self.owners[unit] = member_id
+        self.held(member_id).add(unit)
+        self.changed = True
+
+    def revoke(self, unit: WorkUnit, target: str | None) -> None:
+        holder = self.owners[unit]
+        # The holder's last response listing the unit granted at most this lease.
+        self.pending[unit] = PendingRelease(holder, target, self.members[holder].lease_expiry)
+        self.releasing(holder).add(unit)
+        self.changed = True
+
+    def retarget(self, unit: WorkUnit, target: str | None) -> None:
+        pending = self.pending[unit]
+        self.pending[unit] = PendingRelease(pending.holder, target, pending.deadline)
+
+    def cancel(self, unit: WorkUnit) -> None:
+        """The holder keeps a unit it was asked to release."""
+        pending = self.pending.pop(unit)
+        self.releasing(pending.holder).discard(unit)
+        self.changed = True
+
+    def hand_over(self, unit: WorkUnit) -> None:
+        """The holder of a pending unit has let go: the unit goes to its target."""
+        pending = self.pending.pop(unit)
+        self.held(pending.holder).discard(unit)
+        self.releasing(pending.holder).discard(unit)
+        del self.owners[unit]
+        if unit not in self.work_units:
+            return
+        if pending.target is not None and pending.target in self.members:
+            self.assign(unit, pending.target)
+        else:
+            self.replan = True
+
+    def release(self, member_id: str, unit: WorkUnit) -> None:
+        """``member_id`` handed back ``unit``, which it holds."""
+        if unit in self.pending:
+            self.hand_over(unit)
+            return
+        del self.owners[unit]
+        self.held(member_id).discard(unit)
+        self.changed = True
+        self.replan = True
+
+    def remove_member(self, member_id: str) -> None:
+        """The member is gone (left, or its lease expired): its units move on."""
+        held = self.held(member_id)
+        if held - self.releasing(member_id):
+            self.changed = True
+        for unit in sorted(held, key=_unit_key):
+            if unit in self.pending:
+                self.hand_over(unit)
+            else:
+                del self.owners[unit]
+        for unit, pending in list(self.pending.items()):
+            if pending.target == member_id:
+                self.retarget(unit, None)
+        del self.members[member_id]
+        del self._held[member_id]
+        self._releasing.pop(member_id, None)
+        self.replan = True
+
+    # -- operations ---------------------------------------------------------------
+
+    def advance(self, now: float) -> None:
+        """Expire the members and pending releases whose time is up."""
+        if now < self.next_deadline:
+            return
+        expired = sorted(m for m, s in self.members.items() if s.lease_expiry <= now)
+        for member_id in expired:
+            self.remove_member(member_id)
+        due = [u for u, p in self.pending.items() if p.deadline <= now]
+        for unit in sorted(due, key=_unit_key):
+            self.hand_over(unit)
+
+    def set_units(self, units: frozenset[WorkUnit]) -> None:
+        removed = self.work_units - units
+        self.work_units = units
+        for unit in removed:
+            if unit in self.pending:
+                self.retarget(unit, None)
+            elif unit in self.owners:
+                self.revoke(unit, None)
+        self.replan = True
+
+    def grant(self, member_id: str, expiry: float) -> None:
+        m = self.members[member_id]
+        self.members[member_id] = MemberState(
+            m.member_id,
+            m.load,
+            m.last_heartbeat,
+            max(m.lease_expiry, expiry),
+            m.units,
+            m.releasing,
+        )
+
+    def settle(self, now: float | None, *, balance: bool) -> None:
+        """Place free units and, if asked or needed, balance; then apply the moves."""
+        if not self.members or not (self.replan or balance):
+            return
+        self.replan = False
+        if now is not None:
+            self.next_balance_at = now + self.config.rebalance_interval_s
+        moves = _Planner(self).run()
+        for unit, target in moves.items():
+            pending = self.pending.get(unit)
+            if pending is not None:
+                if target == pending.holder:
+                    self.cancel(unit)
+                else:
+                    self.retarget(unit, target)
+            elif unit in self.owners:
+                self.revoke(unit, target)
+            else:
+                self.assign(unit, target)
+        # A unit whose target vanished was planned at its holder; if it stays, it stays.
+        stay = [
+            u
+            for u, p in self.pending.items()
+            if p.target is None and u in self.work_units and u not in moves
+        ]
+        for unit in stay:
+            self.cancel(unit)
+
+    def freeze(self) -> GroupState:
+        members = self.members
+        for member_id in self._held.keys() | self._releasing.keys():
+            m = members.get(member_id)
+            if m is None:
+                continue
+            held = self._held.get(member_id)
+            releasing = self._releasing.get(member_id)
+            members[member_id] = MemberState(
+                m.member_id,
+                m.load,
+                m.last_heartbeat,
+                m.lease_expiry,
+                frozenset(held) if held is not None else m.units,
+                frozenset(releasing) if releasing is not None else m.releasing,
+            )
+        next_deadline = min(
+            min((m.lease_expiry for m in members.values()), default=math.inf),
+            min((p.deadline for p in self.pending.values()), default=math.inf),
+        )
+        return GroupState(
+            self.config,
+            self.work_units,
+            MappingProxyType(members),
+            MappingProxyType(self.owners),
+            MappingProxyType(self.pending),
+            self.generation + (1 if self.changed else 0),
+            next_deadline,
+            self.next_balance_at,
+        )
+
+
+def _tiebreak(seed: int, member_id: str) -> bytes:
+    return hashlib.blake2b(f"{seed}\x00{member_id}".encode(), digest_size=8).digest()
+
+
+class _Planner:
+    """One balancing pass over a draft: where each unit should be. Indices, not names.
+
+    Members are numbered in their seeded tie-break order and units in their sort order,
+    so every "first" and every tie below is deterministic.
+    """
+
+    def __init__(self, draft: _Draft) -> None:
+        config = draft.config
+        self.ids = sorted(draft.members, key=lambda m: (_tiebreak(config.seed, m), m))
+        index = {m: i for i, m in enumerate(self.ids)}
+        self.units = sorted(draft.work_units, key=_unit_key)
+        self.tolerance = config.imbalance_tolerance
+        n = len(self.units)
+        self.weights = self._weights(draft)
+        # Where each unit stands now (-1: free), who holds it, and whether it is pending.
+        self.start = [-1] * n
+        self.holder = [-1] * n
+        self.was_pending = [False] * n
+        for k, unit in enumerate(self.units):
+            pending = draft.pending.get(unit)
+            holder = draft.owners.get(unit)
+            if holder is not None:
+                self.holder[k] = index[holder]
+            if pending is not None:
+                self.was_pending[k] = True
+                where = pending.target if pending.target is not None else pending.holder
+                self.start[k] = index[where]
+            elif holder is not None:
+                self.start[k] = self.holder[k]
+        self.where = list(self.start)
+        capacity = self._capacities(draft)
+        total_weight = math.fsum(self.weights)
+        total_capacity = math.fsum(capacity)
+        self.target = [total_weight * c / total_capacity for c in capacity]
+        self.load = [0.0] * len(self.ids)
+        # Filled by _balance: per member, its units as (weight, unit index) ascending.
+        self.cheap: list[list[tuple[float, int]]] = []
+        self.rest: list[list[tuple[float, int]]] = []
+        for k in range(n):
+            if self.where[k] >= 0:
+                self.load[self.where[k]] += self.weights[k]
+
+    def _weights(self, draft: _Draft) -> list[float]:
+        rank = {u: k for k, u in enumerate(self.units)}
+        measured: dict[int, float] = {}
+        by_holder: set[int] = set()
+        for member_id in sorted(draft.members):
+            for unit, unit_load in draft.members[member_id].load.units.items():
+                k = rank.get(unit)
+                if k is None or k in by_holder:
+                    continue
+                if draft.owners.get(unit) == member_id:
+                    measured[k] = unit_load.throughput
+                    by_holder.add(k)
+                elif k not in measured:
+                    measured[k] = unit_load.throughput
+        default = median(measured.values()) if measured else 1.0
+        if default <= 0:
+            default = 1.0
+        floor = default * _WEIGHT_FLOOR
+        return [max(measured.get(k, default), floor) for k in range(len(self.units))]
+
+    def _capacities(self, draft: _Draft) -> list[float]:
+        floor = draft.config.min_capacity
+        speeds: dict[str, float] = {}
+        for member_id in self.ids:
+            load = draft.members[member_id].load
+            if load.records_per_s > 0 and load.cpu > 0:
+                speeds[member_id] = load.records_per_s / max(load.cpu, floor)
+        reference = median(speeds[m] for m in self.ids if m in speeds) if speeds else 1.0
+        capacity = []
+        for member_id in self.ids:
+            cpu = draft.members[member_id].load.cpu
+            speed = speeds.get(member_id)
+            if speed is None:
+                capacity.append(reference * max(floor, 1.0 - cpu))
+            else:
+                capacity.append(speed * (cpu + max(floor, 1.0 - cpu)))
+        return capacity
+
+    def run(self) -> dict[WorkUnit, str]:
+        if self.units:
+            self._place_free()
+            self._balance()
+        return {
+            self.units[k]: self.ids[self.where[k]]
+            for k in range(len(self.units))
+            if self.where[k] != self.start[k]
+        }
+
+    def _place_free(self) -> None:
+        """Heaviest first, each on the member with the lowest ratio after placing it."""
+        free = [k for k in range(len(self.units)) if self.where[k] < 0]
+        if not free:
+            return
+        free.sort(key=lambda k: (-self.weights[k], k))
+        load, target = self.load, self.target
+        # The heap key is (load + w) / target for a reference weight w >= the unit's; it
+        # is rebuilt whenever the weights fall below half of it, so the choice is exact
+        # for equal weights and near-exact otherwise, at O(log members) a unit.
+        reference = -1.0
+        heap: list[tuple[float, int]] = []
+        for k in free:
+            w = self.weights[k]
+            if w < reference / 2 or reference < 0:
+                reference = w
+                heap = [((load[m] + reference) / target[m], m) for m in range(len(load))]
+                heapq.heapify(heap)
+            _, m = heapq.heappop(heap)
+            self.where[k] = m
+            load[m] += w
+            heapq.heappush(heap, ((load[m] + reference) / target[m], m))
+
+    def _balance(self) -> None:
+        members = range(len(self.ids))
+        load, target = self.load, self.target
+        low = 1.0 - self.tolerance - _EPS
+        high = 1.0 + self.tolerance + _EPS
+
+        def ratio(m: int) -> float:
+            return load[m] / target[m]
+
+        if all(low <= ratio(m) <= high for m in members):
+            return
+        # Per member, the units it would carry, as (weight, unit index) ascending: the
+        # "cheap" ones are already moving (or new), the others would start a release.
+        self.cheap = [[] for _ in members]
+        self.rest = [[] for _ in members]
+        for k, m in enumerate(self.where):
+            self._bucket(k, m).append((self.weights[k], k))
+        for lists in (self.cheap, self.rest):
+            for units in lists:
+                units.sort()
+
+        budget = 4 * (len(self.units) + len(self.ids))  # a safety net; never reached
+        stuck_donors: set[int] = set()
+        stuck_receivers: set[int] = set()
+        while budget > 0:
+            donors = [m for m in members if m not in stuck_donors]
+            receivers = [m for m in members if m not in stuck_receivers]
+            if not donors or not receivers:
+                return
+            top = max(donors, key=lambda m: (ratio(m), -m))
+            bottom = min(receivers, key=lambda m: (ratio(m), m))
+            if ratio(top) > high:
+                # Shed from the most loaded member, to the least loaded that can take.
+                for m in sorted(receivers, key=lambda m: (ratio(m), m)):
+                    if m != top and self._move(top, m):
+                        break
+                else:
+                    stuck_donors.add(top)
+                    continue
+            elif ratio(bottom) < low:
+                # Feed the least loaded member, from the most loaded that can give.
+                for m in sorted(donors, key=lambda m: (-ratio(m), m)):
+                    if m != bottom and self._move(m, bottom):
+                        break
+                else:
+                    stuck_receivers.add(bottom)
+                    continue
+            else:
+                return
+            budget -= 1
+            stuck_donors.clear()
+            stuck_receivers.clear()
+
+    def _bucket(self, k: int, m: int) -> list[tuple[float, int]]:
+        at_rest = self.holder[k] == m and not self.was_pending[k]
+        return self.rest[m] if at_rest else self.cheap[m]
+
+    def _move(self, src: int, dst: int) -> bool:
+        """Move the best-fitting unit from ``src`` to ``dst`` if that lowers the cost."""
+        load, target = self.load, self.target
+        # Moving x from src to dst equalises their ratios; any w < 2x lowers
+        # sum(load^2 / target), the quantity every move must decrease.
+        gap = load[src] / target[src] - load[dst] / target[dst]
+        equalising = gap / (1.0 / target[src] + 1.0 / target[dst])
+        if equalising <= _EPS * (1.0 + target[src]):
+            return False
+        excess = load[src] - target[src]
+        deficit = target[dst] - load[dst]
+        ideal = min(excess, deficit) if excess > 0 and deficit > 0 else equalising
+        ideal = ideal * (1.0 + _EPS) + _EPS
+        chosen: list[tuple[float, int]] | None = None
+        position = -1
+        for units in (self.cheap[src], self.rest[src]):
+            position = bisect_right(units, (ideal, len(self.units))) - 1
+            if position >= 0:
+                chosen = units
+                break
+        if chosen is None:
+            # Everything is heavier than the ideal: the lightest unit, if it still helps.
+            candidates = [units for units in (self.cheap[src], self.rest[src]) if units]
+            if not candidates:
+                return False
+            chosen = min(candidates, key=lambda units: units[0][0])
+            position = 0
+            if chosen[0][0] >= 2.0 * equalising * (1.0 - _EPS):
+                return False
+        w, k = chosen.pop(position)
+        self.where[k] = dst
+        load[src] -= w
+        load[dst] += w
+        insort(self._bucket(k, dst), (w, k))
+        return True
