@@ -44,6 +44,7 @@ from typing import Any
 from streamplane.exceptions import CodecError
 
 __all__ = [
+    "BytesLike",
     "GroupMetadataKey",
     "GroupMetadataRecord",
     "OffsetCommit",
@@ -177,6 +178,7 @@ class UnknownRecord:
 
 
 OffsetsRecord = OffsetCommit | OffsetTombstone | GroupMetadataRecord | UnknownRecord
+BytesLike = bytes | bytearray | memoryview
 
 
 # --- decoding --------------------------------------------------------------------------
@@ -187,6 +189,8 @@ def _as_bytes(data: object, what: str) -> bytes:
         return data
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
+    if data is None:
+        raise CodecError(f"__consumer_offsets record without a {what}")
     raise CodecError(f"__consumer_offsets {what} must be bytes, not {type(data).__name__}")
 
 
@@ -348,18 +352,18 @@ def _parse_value(value: bytes) -> _ValueTuple:
     return version, offset, (epoch if epoch >= 0 else None), metadata, commit_ts, expire, topic_id
 
 
-def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
+def decode_key(key: BytesLike) -> OffsetCommitKey | GroupMetadataKey | UnknownKey:
     """Decode a ``__consumer_offsets`` key. Unknown versions give an ``UnknownKey``."""
-    key = _as_bytes(key, "key")
-    version, group, topic, partition = _parse_key(key)
+    raw = _as_bytes(key, "key")
+    version, group, topic, partition = _parse_key(raw)
     if version == 0 or version == 1:
         return OffsetCommitKey(group, topic, partition, version)
     if version == GROUP_METADATA_KEY_VERSION:
         return GroupMetadataKey(group)
-    return UnknownKey(version, key)
+    return UnknownKey(version, raw)
 
 
-def decode_value(value: bytes | None) -> OffsetCommitValue | None:
+def decode_value(value: BytesLike | None) -> OffsetCommitValue | None:
     """Decode an offset commit value (versions 0-4); None (a tombstone) gives None."""
     if value is None:
         return None
@@ -370,40 +374,36 @@ def decode_value(value: bytes | None) -> OffsetCommitValue | None:
 
 
 def _record_from_parsed_key(
-    key: bytes, parsed: tuple[int, str, str, int], value: bytes | None
+    key: bytes, parsed: tuple[int, str, str, int], value: BytesLike | None
 ) -> OffsetsRecord:
     kversion, group, topic, partition = parsed
     if kversion == 0 or kversion == 1:
         if value is None:
             return OffsetTombstone(group, topic, partition)
-        if type(value) is not bytes:
-            value = _as_bytes(value, "value")
-        vversion, offset, epoch, metadata, commit_ts, expire, topic_id = _parse_value(value)
+        raw = value if type(value) is bytes else _as_bytes(value, "value")
+        vversion, offset, epoch, metadata, commit_ts, expire, topic_id = _parse_value(raw)
         return _new_offset_commit(
             group, topic, partition, offset, epoch, metadata, commit_ts, expire, vversion, topic_id
         )
     if kversion == GROUP_METADATA_KEY_VERSION:
         if value is None:
             return GroupMetadataRecord(group, None, None)
-        value = _as_bytes(value, "value")
-        if len(value) < 2:
-            raise CodecError(f"group metadata value too short: {len(value)} byte(s)")
-        return GroupMetadataRecord(group, _I16.unpack_from(value)[0], value)
+        raw = _as_bytes(value, "value")
+        if len(raw) < 2:
+            raise CodecError(f"group metadata value too short: {len(raw)} byte(s)")
+        return GroupMetadataRecord(group, _I16.unpack_from(raw)[0], raw)
     return UnknownRecord(kversion, key, None if value is None else _as_bytes(value, "value"))
 
 
-def decode_record(key: bytes, value: bytes | None) -> OffsetsRecord:
+def decode_record(key: BytesLike, value: BytesLike | None) -> OffsetsRecord:
     """Decode one ``__consumer_offsets`` record.
 
     Returns an ``OffsetCommit``, an ``OffsetTombstone``, a ``GroupMetadataRecord`` or,
     for key versions this decoder does not know, an ``UnknownRecord`` (skip it).
     Raises ``CodecError`` on truncated or malformed bytes.
     """
-    if type(key) is not bytes:
-        if key is None:
-            raise CodecError("__consumer_offsets record without a key")
-        key = _as_bytes(key, "key")
-    return _record_from_parsed_key(key, _parse_key(key), value)
+    raw = key if type(key) is bytes else _as_bytes(key, "key")
+    return _record_from_parsed_key(raw, _parse_key(raw), value)
 
 
 class OffsetsTopicDecoder:
@@ -424,15 +424,12 @@ class OffsetsTopicDecoder:
         self._keys: dict[bytes, tuple[int, str, str, int]] = {}
         self._names: dict[str, str] = {}
 
-    def decode(self, key: bytes, value: bytes | None) -> OffsetsRecord:
+    def decode(self, key: BytesLike, value: BytesLike | None) -> OffsetsRecord:
         """Same contract as ``decode_record``."""
-        if type(key) is not bytes:
-            if key is None:
-                raise CodecError("__consumer_offsets record without a key")
-            key = _as_bytes(key, "key")
-        parsed = self._keys.get(key)
+        raw = key if type(key) is bytes else _as_bytes(key, "key")
+        parsed = self._keys.get(raw)
         if parsed is None:
-            version, group, topic, partition = _parse_key(key)
+            version, group, topic, partition = _parse_key(raw)
             names = self._names
             parsed = (
                 version,
@@ -444,8 +441,8 @@ class OffsetsTopicDecoder:
                 self._keys.clear()
                 self._names.clear()
             if self._max_keys:
-                self._keys[key] = parsed
-        return _record_from_parsed_key(key, parsed, value)
+                self._keys[raw] = parsed
+        return _record_from_parsed_key(raw, parsed, value)
 
     def clear(self) -> None:
         """Forget every cached key."""
@@ -585,12 +582,12 @@ def encode_offset_commit_value(
         if version == 1:
             parts.append(_I64.pack(-1 if expire_timestamp_ms is None else expire_timestamp_ms))
         if version == 4:
-            fields = list(unknown_tagged_fields)
+            tagged = list(unknown_tagged_fields)
             if topic_id is not None:
-                fields.append((TOPIC_ID_TAG, topic_id.bytes))
-            fields.sort(key=lambda f: f[0])
-            parts.append(_encode_uvarint(len(fields)))
-            for tag, data in fields:
+                tagged.append((TOPIC_ID_TAG, topic_id.bytes))
+            tagged.sort(key=lambda f: f[0])
+            parts.append(_encode_uvarint(len(tagged)))
+            for tag, data in tagged:
                 parts += (_encode_uvarint(tag), _encode_uvarint(len(data)), data)
     except struct.error as exc:
         raise CodecError(f"cannot encode offset commit value v{version}: {exc}") from None
