@@ -1,0 +1,188 @@
+"""Commits the commit log to Kafka for one cluster, and reads it back.
+
+The committed offset is the low watermark; the metadata is the codec's string, within
+the broker's ``offset.metadata.max.bytes`` (read from the brokers, the smallest wins).
+When the full state does not fit, it is written to the compacted side topic
+``sp.<stream>.__commitlog`` (key: group, topic, partition) and the metadata carries a
+pointer to that record plus as much of the state as fits. Reading back follows the
+pointer and checks the blob's checksum; if the side record cannot be read, the
+truncated state in the metadata is used, which is always safe (only redelivery).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import KafkaException as _RawKafkaException
+
+from streamplane.core.commitlog import (
+    DEFAULT_MAX_BYTES,
+    EncodedProgress,
+    PartitionProgress,
+    SpillPointer,
+    decode,
+    decode_full,
+    encode,
+    encode_full,
+    encode_spill_pointer,
+)
+from streamplane.exceptions import CodecError, KafkaError
+from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
+from streamplane.kafka.clients import consumer_config, producer_config
+
+log = logging.getLogger(__name__)
+
+SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+
+
+def side_topic(stream: str) -> str:
+    return f"sp.{stream}.__commitlog"
+
+
+class CommitStore:
+    def __init__(self, consumer: Consumer, bootstrap: str, stream: str, group: str) -> None:
+        self._consumer = consumer
+        self._bootstrap = bootstrap
+        self._stream = stream
+        self._group = group
+        self._budget: int | None = None
+        self._side_producer: Producer | None = None
+        self._lock = threading.Lock()
+        self.stats = {"commits": 0, "spills": 0, "max_metadata_bytes": 0}
+
+    @property
+    def side_topic(self) -> str:
+        return side_topic(self._stream)
+
+    def metadata_budget(self) -> int:
+        """The brokers' ``offset.metadata.max.bytes`` (smallest), read once."""
+        if self._budget is None:
+            admin = KafkaAdmin(self._bootstrap)
+            try:
+                ids = list(admin.metadata().brokers)
+                values = [
+                    int(admin.describe_broker_configs(i)["offset.metadata.max.bytes"]) for i in ids
+                ]
+                self._budget = min(values) if values else DEFAULT_MAX_BYTES
+            except (KafkaError, KeyError, ValueError) as exc:
+                log.warning("could not read offset.metadata.max.bytes (%s); using 4096", exc)
+                self._budget = DEFAULT_MAX_BYTES
+        return self._budget
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, items: Sequence[tuple[str, int, PartitionProgress]]) -> list[EncodedProgress]:
+        budget = self.metadata_budget()
+        offsets = []
+        encoded_all = []
+        for topic, partition, progress in items:
+            enc = encode(progress, budget)
+            if enc.truncated:
+                enc = self._spill(topic, partition, progress, budget)
+            encoded_all.append(enc)
+            self.stats["max_metadata_bytes"] = max(self.stats["max_metadata_bytes"], enc.size)
+            offsets.append(
+                TopicPartition(topic, partition, progress.low_watermark, metadata=enc.metadata)
+            )
+        if not offsets:
+            return []
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except _RawKafkaException as exc:
+            raise to_kafka_error(exc, "commit") from exc
+        self.stats["commits"] += 1
+        return encoded_all
+
+    def _spill(
+        self, topic: str, partition: int, progress: PartitionProgress, budget: int
+    ) -> EncodedProgress:
+        blob = encode_full(progress)
+        producer = self._producer()
+        key = f"{self._group}\x00{topic}\x00{partition}".encode()
+        result: list[object] = []
+        producer.produce(
+            self.side_topic, blob, key, partition=0, on_delivery=lambda e, m: result.append((e, m))
+        )
+        producer.flush(30)
+        if not result or result[0][0] is not None:  # type: ignore[index]
+            err = result[0][0] if result else "timeout"  # type: ignore[index]
+            log.warning(
+                "spill of %s[%d] failed (%s): committing truncated state", topic, partition, err
+            )
+            return encode(progress, budget)
+        msg = result[0][1]  # type: ignore[index]
+        pointer = SpillPointer.for_blob(msg.partition(), msg.offset(), blob)
+        self.stats["spills"] += 1
+        return encode_spill_pointer(progress, pointer, budget)
+
+    def _producer(self) -> Producer:
+        with self._lock:
+            if self._side_producer is None:
+                admin = KafkaAdmin(self._bootstrap)
+                err = admin.create_topics([(self.side_topic, 1, _rf(admin), SIDE_TOPIC_CONFIG)])[
+                    self.side_topic
+                ]
+                if err is not None and err.code != "TOPIC_ALREADY_EXISTS":
+                    raise err
+                self._side_producer = Producer(
+                    producer_config(self._bootstrap, {"linger.ms": 0, "compression.type": "zstd"})
+                )
+            return self._side_producer
+
+    # ------------------------------------------------------------------ load
+    def load(
+        self, tps: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[PartitionProgress | None, int | None]]:
+        """Committed (progress, offset) per partition; (None, None) when never committed."""
+        if not tps:
+            return {}
+        try:
+            committed = self._consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=15)
+        except _RawKafkaException as exc:
+            raise to_kafka_error(exc, "read committed offsets") from exc
+        out: dict[tuple[str, int], tuple[PartitionProgress | None, int | None]] = {}
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else None
+            progress: PartitionProgress | None = None
+            if offset is not None:
+                try:
+                    decoded = decode(tp.metadata)
+                    progress = decoded.progress
+                    if decoded.spill is not None:
+                        progress = self._read_spill(decoded.spill) or progress
+                except CodecError as exc:
+                    log.warning(
+                        "commit metadata of %s[%d] unreadable (%s)", tp.topic, tp.partition, exc
+                    )
+                if progress is not None and progress.low_watermark != offset:
+                    progress = None  # someone else committed a plain offset since
+            out[(tp.topic, tp.partition)] = (progress, offset)
+        return out
+
+    def _read_spill(self, pointer: SpillPointer) -> PartitionProgress | None:
+        reader = Consumer(
+            consumer_config(self._bootstrap, f"sp-spill-reader-{uuid.uuid4().hex[:8]}")
+        )
+        try:
+            reader.assign([TopicPartition(self.side_topic, pointer.partition, pointer.offset)])
+            for _ in range(20):
+                msg = reader.poll(0.5)
+                if msg is None or msg.error():
+                    continue
+                blob = msg.value()
+                if msg.offset() == pointer.offset and blob is not None and pointer.matches(blob):
+                    return decode_full(blob)
+                break
+        except (CodecError, _RawKafkaException) as exc:
+            log.warning("spilled commit state unreadable (%s): using the truncated state", exc)
+        finally:
+            reader.close()
+        log.warning("spilled commit state not found at %s: using the truncated state", pointer)
+        return None
+
+
+def _rf(admin: KafkaAdmin) -> int:
+    return min(3, len(admin.metadata().brokers))

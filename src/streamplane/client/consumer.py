@@ -1,0 +1,591 @@
+"""StreamConsumer: per-record acks over a stream's lanes, with the commit log in Kafka.
+
+- Every readable segment (active, draining, sealed) of the chosen lanes is read, on
+  whichever cluster it lives; routing changes are picked up live.
+- Lanes are served by priority: a record of a higher lane is always handed out before
+  one of a lower lane, and a lower lane's fetching pauses when its buffer is full, so
+  ``realtime`` never waits behind ``bulk``.
+- ``ack`` settles a record; ``nack`` schedules a retry with exponential backoff while
+  newer records keep flowing; after ``max_attempts`` the record is rejected;
+  ``reject`` sends it to the dlq lane with provenance headers and then settles it.
+- Every ``commit_interval_s`` the low watermark of each partition is committed as the
+  Kafka offset, and the rest of the state (settled ranges above it, retry counts,
+  rejected marks, the low watermark's ingestion time) as the commit metadata, through
+  the commit-log codec. When that state does not fit the broker's
+  ``offset.metadata.max.bytes``, the full state is spilled to the compacted side topic
+  ``sp.<stream>.__commitlog`` and the metadata points at it (plus as much state as
+  fits), so nothing is dropped and nothing stalls.
+- A partition whose in-flight window (fetch position minus low watermark) exceeds
+  ``max_in_flight`` is paused until its low watermark moves: memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, Self
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import KafkaException as _RawKafkaException
+
+from streamplane.client.commit_store import CommitStore
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.partition_state import PartitionKey, PartitionState
+from streamplane.client.producer import StreamProducer
+from streamplane.client.provenance import dlq_headers
+from streamplane.client.routing_watch import RoutingWatcher
+from streamplane.core.routing import DLQ_LANE, RoutingTable
+from streamplane.exceptions import ConfigError, KafkaError
+from streamplane.kafka.clients import consumer_config
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["StreamMessage"], object]
+
+
+class StreamMessage:
+    """One record handed to the application. Settle it with ack, nack or reject."""
+
+    __slots__ = (
+        "_consumer",
+        "_done",
+        "_state",
+        "attempts",
+        "first_seen_ms",
+        "headers",
+        "key",
+        "last_error",
+        "offset",
+        "timestamp_ms",
+        "value",
+    )
+
+    def __init__(
+        self,
+        consumer: StreamConsumer,
+        state: PartitionState,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        timestamp_ms: int,
+        attempts: int,
+    ) -> None:
+        self._consumer = consumer
+        self._state = state
+        self._done = False
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp_ms = timestamp_ms
+        self.attempts = attempts  # attempts before this delivery
+        self.first_seen_ms = int(time.time() * 1000)
+        self.last_error: str | None = None
+
+    @property
+    def stream(self) -> str:
+        return self._consumer.stream
+
+    @property
+    def lane(self) -> str:
+        return self._state.lane
+
+    @property
+    def cluster(self) -> str:
+        return self._state.key.cluster
+
+    @property
+    def topic(self) -> str:
+        return self._state.key.topic
+
+    @property
+    def partition(self) -> int:
+        return self._state.key.partition
+
+    def ack(self) -> None:
+        """Done: the record is settled."""
+        self._consumer._ack(self)
+
+    def nack(self, error: BaseException | str | None = None) -> None:
+        """Retry later with backoff, without blocking newer records."""
+        self._consumer._nack(self, None if error is None else str(error))
+
+    def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
+        """Give up: send to the dlq lane with provenance (or only mark rejected)."""
+        self._consumer._reject(self, reason, dlq)
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamMessage({self.stream}/{self.lane} {self.cluster}:{self.topic}"
+            f"[{self.partition}]@{self.offset})"
+        )
+
+
+class StreamConsumer:
+    """Consume a stream as a member of ``group``, acknowledging each record.
+
+    >>> with StreamConsumer("logs-intake", "indexer", control_plane=client) as consumer:
+    ...     for msg in consumer:
+    ...         handle(msg.value)
+    ...         msg.ack()
+
+    or ``consumer.run(handler, concurrency=8)`` where a handler that raises nacks.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        group: str,
+        control_plane: ControlPlaneClient,
+        lanes: Sequence[str] | None = None,
+        *,
+        max_attempts: int = 5,
+        retry_backoff: float = 0.2,
+        max_retry_backoff: float = 30.0,
+        commit_interval_s: float = 1.0,
+        max_in_flight: int = 10_000,
+        max_buffered_per_lane: int = 5_000,
+        fetch_batch: int = 1000,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigError("max_attempts must be at least 1")
+        if retry_backoff < 0 or max_retry_backoff < retry_backoff:
+            raise ConfigError("retry_backoff must be >= 0 and <= max_retry_backoff")
+        if not group or len(group) > 200:
+            raise ConfigError("group must be a non-empty name of at most 200 characters")
+        self.stream = stream
+        self.group = group
+        self._client = control_plane
+        self._lanes = list(lanes) if lanes is not None else None
+        self.max_attempts = max_attempts
+        self.retry_backoff = retry_backoff
+        self.max_retry_backoff = max_retry_backoff
+        self.commit_interval_s = commit_interval_s
+        self.max_in_flight = max_in_flight
+        self.max_buffered_per_lane = max_buffered_per_lane
+        self.fetch_batch = fetch_batch
+        self._extra = dict(extra_config or {})
+        self._watcher = RoutingWatcher(control_plane, stream)
+        self._lock = threading.RLock()
+        self._consumers: dict[str, Consumer] = {}
+        self._bootstraps: dict[str, str] = {}
+        self._commit_stores: dict[str, CommitStore] = {}
+        self._states: dict[PartitionKey, PartitionState] = {}
+        self._buffers: list[deque[StreamMessage]] = []
+        self._lane_order: dict[str, int] = {}
+        self._retries: list[tuple[float, int, StreamMessage]] = []
+        self._seq = itertools.count()
+        self._pending_routing: RoutingTable | None = None
+        self._dlq: StreamProducer | None = None
+        self._last_commit = time.monotonic()
+        self._opened = False
+        self._closed = False
+        self.stats = {"delivered": 0, "acked": 0, "nacked": 0, "rejected": 0, "dlq": 0}
+
+    # ------------------------------------------------------------------ life cycle
+    def open(self) -> Self:
+        """Fetch the routing, restore committed progress, start reading."""
+        if self._opened:
+            return self
+        table = self._watcher.start()
+        lanes = self._lanes if self._lanes is not None else list(table.lanes)
+        for lane in lanes:
+            if lane not in table.all_lanes:
+                raise ConfigError(
+                    f"stream {self.stream!r} has no lane {lane!r} "
+                    f"(lanes: {', '.join(table.all_lanes)})"
+                )
+        self._lanes = lanes
+        self._lane_order = {lane: i for i, lane in enumerate(lanes)}
+        self._buffers = [deque() for _ in lanes]
+        self._dlq = StreamProducer(self.stream, self._client, lane=DLQ_LANE).open()
+        self._assign(table)
+        self._watcher.add_listener(self._on_routing)
+        self._opened = True
+        return self
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Commit what is settled and leave."""
+        if self._closed or not self._opened:
+            self._closed = True
+            return
+        self._closed = True
+        self._watcher.stop()
+        try:
+            self._poll_dlq(5.0)
+            self.commit()
+        finally:
+            for c in self._consumers.values():
+                c.close()
+            if self._dlq is not None:
+                self._dlq.close()
+
+    # ------------------------------------------------------------------ routing
+    def _bootstrap(self, cluster: str) -> str:
+        if cluster not in self._bootstraps:
+            self._bootstraps[cluster] = self._client.cluster_bootstrap(cluster)
+        return self._bootstraps[cluster]
+
+    def _consumer(self, cluster: str) -> Consumer:
+        c = self._consumers.get(cluster)
+        if c is None:
+            conf = consumer_config(
+                self._bootstrap(cluster),
+                self.group,
+                {"enable.auto.offset.store": False, **self._extra},
+            )
+            c = Consumer(conf)
+            self._consumers[cluster] = c
+            self._commit_stores[cluster] = CommitStore(
+                c, self._bootstrap(cluster), self.stream, self.group
+            )
+        return c
+
+    def _on_routing(self, table: RoutingTable) -> None:
+        self._pending_routing = table  # applied by the consuming thread
+
+    def _assign(self, table: RoutingTable) -> None:
+        assert self._lanes is not None
+        wanted: dict[PartitionKey, tuple[str, int]] = {}
+        for seg in table.readable(self._lanes):
+            for p in range(seg.partitions):
+                wanted[PartitionKey(seg.cluster, seg.topic, p)] = (
+                    seg.lane,
+                    self._lane_order[seg.lane],
+                )
+        new = [k for k in wanted if k not in self._states]
+        gone = [k for k in self._states if k not in wanted]
+        if gone:
+            self.commit()
+            by_cluster: dict[str, list[TopicPartition]] = {}
+            for k in gone:
+                by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
+                del self._states[k]
+            for cluster, tps in by_cluster.items():
+                self._consumer(cluster).incremental_unassign(tps)
+        by_cluster_new: dict[str, list[PartitionKey]] = {}
+        for k in new:
+            by_cluster_new.setdefault(k.cluster, []).append(k)
+        for cluster, keys in by_cluster_new.items():
+            consumer = self._consumer(cluster)
+            restored = self._commit_stores[cluster].load([(k.topic, k.partition) for k in keys])
+            tps = []
+            for k in keys:
+                lane, prio = wanted[k]
+                state = PartitionState(k, lane, prio)
+                progress, committed = restored.get((k.topic, k.partition), (None, None))
+                state.restore(progress, committed)
+                self._states[k] = state
+                start = state.base if state.base is not None else OFFSET_BEGINNING
+                tps.append(TopicPartition(k.topic, k.partition, start))
+            consumer.incremental_assign(tps)
+
+    # ------------------------------------------------------------------ consuming
+    def __iter__(self) -> Iterator[StreamMessage]:
+        self.open()
+        while not self._closed:
+            msg = self.poll(1.0)
+            if msg is not None:
+                yield msg
+
+    def poll(self, timeout: float = 1.0) -> StreamMessage | None:
+        """The next record by lane priority, or None after ``timeout`` seconds."""
+        if not self._opened:
+            self.open()
+        deadline = time.monotonic() + timeout
+        while True:
+            self._housekeeping()
+            msg = self._next_buffered()
+            if msg is not None:
+                return msg
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self._fetch(min(remaining, 0.1))
+
+    def _housekeeping(self) -> None:
+        pending = self._pending_routing
+        if pending is not None:
+            self._pending_routing = None
+            with self._lock:
+                self._assign(pending)
+        if self._retries:
+            self._release_due_retries()
+        self._poll_dlq(0)
+        if time.monotonic() - self._last_commit >= self.commit_interval_s:
+            self.commit()
+
+    def _next_buffered(self) -> StreamMessage | None:
+        for buf in self._buffers:
+            if buf:
+                msg = buf.popleft()
+                self.stats["delivered"] += 1
+                return msg
+        return None
+
+    def _fetch(self, timeout: float) -> None:
+        consumers = list(self._consumers.items())
+        if not consumers:
+            time.sleep(timeout)
+            return
+        got_any = False
+        for i, (cluster, consumer) in enumerate(consumers):
+            wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
+            try:
+                batch = consumer.consume(self.fetch_batch, timeout=wait)
+            except _RawKafkaException as exc:
+                log.warning("fetch from %s failed: %s", cluster, exc)
+                continue
+            if batch:
+                got_any = True
+                self._accept(cluster, batch)
+        self._flow_control()
+
+    def _accept(self, cluster: str, batch: list[Message]) -> None:
+        states = self._states
+        buffers = self._buffers
+        with self._lock:
+            for m in batch:
+                err = m.error()
+                if err is not None:
+                    if err.code() != -191:  # _PARTITION_EOF
+                        log.warning("fetch error on %s: %s", cluster, err)
+                    continue
+                state = states.get(PartitionKey(cluster, m.topic() or "", m.partition() or 0))
+                offset = m.offset()
+                if state is None or offset is None:
+                    continue
+                ts = m.timestamp()[1]
+                if not state.on_fetch(offset, ts):
+                    continue
+                buffers[state.priority].append(
+                    StreamMessage(
+                        self,
+                        state,
+                        offset,
+                        m.key(),
+                        m.value(),
+                        m.headers(),  # type: ignore[arg-type]
+                        ts,
+                        state.attempts.get(offset, 0),
+                    )
+                )
+
+    def _flow_control(self) -> None:
+        """Pause lanes whose buffer is full and partitions whose in-flight window is."""
+        to_pause: dict[str, list[TopicPartition]] = {}
+        to_resume: dict[str, list[TopicPartition]] = {}
+        with self._lock:
+            for state in self._states.values():
+                full = len(self._buffers[state.priority]) >= self.max_buffered_per_lane
+                window = state.in_flight_window() >= self.max_in_flight
+                want_paused = full or window
+                if want_paused != state.paused:
+                    state.paused = want_paused
+                    k = state.key
+                    target = to_pause if want_paused else to_resume
+                    target.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
+        for cluster, tps in to_pause.items():
+            self._consumers[cluster].pause(tps)
+        for cluster, tps in to_resume.items():
+            self._consumers[cluster].resume(tps)
+
+    # ------------------------------------------------------------------ settling
+    def _ack(self, msg: StreamMessage) -> None:
+        with self._lock:
+            if msg._done:
+                return
+            msg._done = True
+            msg._state.settle(msg.offset)
+            self.stats["acked"] += 1
+
+    def _nack(self, msg: StreamMessage, error: str | None) -> None:
+        with self._lock:
+            if msg._done:
+                return
+            msg._done = True
+            msg.last_error = error
+            attempts = msg._state.bump_attempts(msg.offset)
+            self.stats["nacked"] += 1
+            if attempts >= self.max_attempts:
+                reason = f"max attempts ({self.max_attempts}) reached" + (
+                    f": {error}" if error else ""
+                )
+                self._dead_letter(msg, reason, attempts)
+                return
+            delay = min(self.max_retry_backoff, self.retry_backoff * (2 ** (attempts - 1)))
+            heapq.heappush(self._retries, (time.monotonic() + delay, next(self._seq), msg))
+
+    def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
+        with self._lock:
+            if msg._done:
+                return
+            msg._done = True
+            attempts = msg._state.attempts.get(msg.offset, 0) + 1
+            if dlq:
+                self._dead_letter(msg, reason, attempts)
+            else:
+                msg._state.settle(msg.offset, rejected=True)
+                self.stats["rejected"] += 1
+
+    def _dead_letter(self, msg: StreamMessage, reason: str, attempts: int) -> None:
+        """Produce to the dlq lane; the record is settled once the dlq write is acked."""
+        assert self._dlq is not None
+        headers = dlq_headers(msg, attempts=attempts, error=reason)
+        state = msg._state
+        offset = msg.offset
+
+        def delivered(err: object, _m: Message) -> None:
+            with self._lock:
+                if err is None:
+                    state.settle(offset, rejected=True)
+                    self.stats["rejected"] += 1
+                    self.stats["dlq"] += 1
+                else:
+                    # Not lost: the record stays unsettled and is retried into the dlq.
+                    log.warning("dlq write failed (%s); will retry", err)
+                    heapq.heappush(self._retries, (time.monotonic() + 1.0, next(self._seq), msg))
+                    msg._done = False
+
+        self._dlq.send(msg.value, key=msg.key, headers=headers, on_delivery=delivered)
+
+    def _release_due_retries(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            while self._retries and self._retries[0][0] <= now:
+                _, _, old = heapq.heappop(self._retries)
+                again = StreamMessage(
+                    self,
+                    old._state,
+                    old.offset,
+                    old.key,
+                    old.value,
+                    old.headers,
+                    old.timestamp_ms,
+                    old._state.attempts.get(old.offset, 0),
+                )
+                again.first_seen_ms = old.first_seen_ms
+                again.last_error = old.last_error
+                self._buffers[old._state.priority].append(again)
+
+    def _poll_dlq(self, timeout: float) -> None:
+        if self._dlq is not None:
+            self._dlq.poll(timeout)
+
+    # ------------------------------------------------------------------ commits
+    def commit(self) -> None:
+        """Commit every partition's low watermark and commit-log metadata now."""
+        self._last_commit = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        by_cluster: dict[str, list[tuple[PartitionState, Any]]] = {}
+        with self._lock:
+            for state in self._states.values():
+                if state.dirty and state.base is not None:
+                    by_cluster.setdefault(state.key.cluster, []).append(
+                        (state, state.progress(now_ms))
+                    )
+        for cluster, items in by_cluster.items():
+            try:
+                self._commit_stores[cluster].commit(
+                    [(s.key.topic, s.key.partition, p) for s, p in items]
+                )
+            except KafkaError as exc:
+                log.warning("commit to %s failed (%s): will retry", cluster, exc)
+                with self._lock:
+                    for s, _ in items:
+                        s.dirty = True
+
+    # ------------------------------------------------------------------ run
+    def run(
+        self,
+        handler: Handler,
+        concurrency: int = 1,
+        key_ordered: bool = False,
+        stop: threading.Event | None = None,
+    ) -> None:
+        """Call ``handler`` for every record until ``stop`` is set; an exception nacks.
+
+        With ``concurrency`` > 1, records are handled in a thread pool and acked out of
+        order. With ``key_ordered``, records with the same key are handled one at a time
+        in offset order.
+        """
+        if concurrency < 1:
+            raise ConfigError("concurrency must be at least 1")
+        stop = stop or threading.Event()
+        self.open()
+
+        def handle(msg: StreamMessage) -> None:
+            try:
+                handler(msg)
+            except Exception as exc:
+                msg.nack(exc)
+            else:
+                msg.ack()
+
+        if concurrency == 1 and not key_ordered:
+            while not stop.is_set():
+                msg = self.poll(0.2)
+                if msg is not None:
+                    handle(msg)
+            return
+
+        slots = threading.Semaphore(concurrency * 2)
+        key_queues: dict[bytes | None, deque[StreamMessage]] = {}
+        key_lock = threading.Lock()
+
+        def work(msg: StreamMessage) -> None:
+            try:
+                handle(msg)
+                if key_ordered:
+                    nxt = None
+                    with key_lock:
+                        q = key_queues[msg.key]
+                        q.popleft()
+                        if q:
+                            nxt = q[0]
+                        else:
+                            del key_queues[msg.key]
+                    if nxt is not None:
+                        pool.submit(work, nxt)
+                        return
+            finally:
+                slots.release()
+
+        with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
+            while not stop.is_set():
+                msg = self.poll(0.2)
+                if msg is None:
+                    continue
+                slots.acquire()
+                if key_ordered:
+                    with key_lock:
+                        q = key_queues.setdefault(msg.key, deque())
+                        q.append(msg)
+                        if len(q) > 1:
+                            continue  # runs after the records before it with this key
+                pool.submit(work, msg)
+
+    # ------------------------------------------------------------------ introspection
+    def assignment(self) -> list[PartitionKey]:
+        return list(self._states)
+
+    def restored_skips(self) -> int:
+        """Records skipped because a previous commit had them settled."""
+        return sum(s.restored_skips for s in self._states.values())

@@ -1,0 +1,249 @@
+"""StreamProducer: write to a stream's lanes without knowing clusters or topics.
+
+The producer resolves each lane to its active segment through the routing table and
+follows routing changes live: records sent after a change go to the new segment,
+records already handed to the old cluster's producer are still delivered there (the
+old segment is draining and consumers read it to its end). Every cluster gets one
+idempotent producer with ``acks=all``, so a retry never duplicates a record.
+
+Delivery errors reach the caller: through ``on_delivery`` when given, otherwise they
+are collected and ``flush()`` raises ``ProduceError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from confluent_kafka import KafkaError as _RawKafkaError
+from confluent_kafka import Message, Producer
+
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.routing_watch import RoutingWatcher
+from streamplane.core.routing import RoutingTable
+from streamplane.exceptions import ConfigError, ProduceError, RecordTooLarge
+from streamplane.kafka.clients import producer_config
+
+log = logging.getLogger(__name__)
+
+Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
+DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
+
+DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
+_POLL_EVERY = 1000
+
+
+@dataclass(frozen=True)
+class _Route:
+    producer: Producer
+    topic: str
+    cluster: str
+    epoch: int
+
+
+class StreamProducer:
+    """Produce records to a stream.
+
+    >>> with StreamProducer("logs-intake", control_plane=client) as producer:
+    ...     producer.send(b'{"msg": "hi"}', key=b"host-1", lane="realtime")
+
+    ``lane`` is the default lane (the stream's first lane when None).
+    ``max_record_bytes`` bounds key + value (default: the stream's own bound);
+    ``max_batch_bytes`` bounds each batch by *uncompressed* size.
+    ``extra_config`` passes librdkafka settings through (dotted keys).
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        control_plane: ControlPlaneClient,
+        lane: str | None = None,
+        *,
+        max_record_bytes: int | None = None,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_batch_bytes < 1024:
+            raise ConfigError("max_batch_bytes must be at least 1024")
+        self.stream = stream
+        self._client = control_plane
+        self._default_lane = lane
+        self._max_record_bytes = max_record_bytes
+        self._max_batch_bytes = max_batch_bytes
+        self._extra = dict(extra_config or {})
+        self._watcher = RoutingWatcher(control_plane, stream)
+        self._lock = threading.Lock()
+        self._producers: dict[str, Producer] = {}
+        self._bootstraps: dict[str, str] = {}
+        self._routes: dict[str, _Route] = {}
+        self._failures: list[tuple[_RawKafkaError, Message]] = []
+        self._sent_since_poll = 0
+        self._opened = False
+        self._closed = False
+        # When the producer started writing to each epoch (monotonic seconds).
+        self.epoch_switch_times: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ life cycle
+    def open(self) -> Self:
+        """Fetch the routing and start watching it. Raises ControlPlaneUnavailable/NotFound."""
+        if self._opened:
+            return self
+        table = self._watcher.start()
+        if self._max_record_bytes is None:
+            desc = self._client.describe_stream(self.stream)
+            self._max_record_bytes = int(desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+        if self._default_lane is None:
+            self._default_lane = table.lanes[0]
+        else:
+            table.active(self._default_lane)  # unknown lane -> ConfigError now, not at send
+        self._apply(table)
+        self._watcher.add_listener(self._apply)
+        self._opened = True
+        return self
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._watcher.stop()
+        try:
+            self.flush(timeout)
+        finally:
+            self._producers.clear()
+
+    @property
+    def epoch(self) -> int:
+        """The routing epoch this producer writes with."""
+        return self._watcher.table.epoch
+
+    @property
+    def routing(self) -> RoutingTable:
+        return self._watcher.table
+
+    # ------------------------------------------------------------------ routing
+    def _producer_for(self, cluster: str) -> Producer:
+        producer = self._producers.get(cluster)
+        if producer is None:
+            bootstrap = self._bootstraps.get(cluster) or self._client.cluster_bootstrap(cluster)
+            self._bootstraps[cluster] = bootstrap
+            assert self._max_record_bytes is not None
+            conf = producer_config(
+                bootstrap,
+                {
+                    "batch.size": self._max_batch_bytes,
+                    "message.max.bytes": max(self._max_record_bytes + 64 * 1024, 1_000_000),
+                    "on_delivery": self._on_delivery,
+                    **self._extra,
+                },
+            )
+            producer = Producer(conf)
+            self._producers[cluster] = producer
+        return producer
+
+    def _apply(self, table: RoutingTable) -> None:
+        with self._lock:
+            routes: dict[str, _Route] = {}
+            for lane in table.all_lanes:
+                seg = table.active(lane)
+                routes[lane] = _Route(
+                    self._producer_for(seg.cluster), seg.topic, seg.cluster, seg.epoch
+                )
+            old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
+            self._routes = routes
+            self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
+            retired = [self._producers.pop(c) for c in old_clusters]
+        for producer in retired:
+            # Records already queued for the old cluster are still delivered there.
+            threading.Thread(target=_drain, args=(producer,), daemon=True).start()
+
+    # ------------------------------------------------------------------ sending
+    def send(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        lane: str | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue one record for the lane's active segment (asynchronous)."""
+        if not self._opened:
+            self.open()
+        if self._closed:
+            raise ProduceError("the producer is closed")
+        route = self._routes.get(lane or self._default_lane or "")
+        if route is None:
+            raise ConfigError(
+                f"stream {self.stream!r} has no lane {lane!r} (lanes: {', '.join(self._routes)})"
+            )
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if self._max_record_bytes is not None and size > self._max_record_bytes:
+            raise RecordTooLarge(
+                f"record of {size} bytes exceeds the stream's bound "
+                f"of {self._max_record_bytes} bytes"
+            )
+        kwargs: dict[str, Any] = {}
+        if headers is not None:
+            kwargs["headers"] = headers
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        producer = route.producer
+        while True:
+            try:
+                producer.produce(route.topic, value, key, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)  # local queue full: back-pressure, not failure
+        self._sent_since_poll += 1
+        if self._sent_since_poll >= _POLL_EVERY:
+            self._sent_since_poll = 0
+            producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every queued record; raises ProduceError if any could not be delivered."""
+        deadline = time.monotonic() + timeout
+        remaining = 0
+        for producer in list(self._producers.values()):
+            remaining += producer.flush(max(0.0, deadline - time.monotonic()))
+        if remaining:
+            raise ProduceError(f"{remaining} records still undelivered after {timeout:.0f}s")
+        self.raise_failures()
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Serve delivery callbacks (``send`` also does, every so often)."""
+        for producer in list(self._producers.values()):
+            producer.poll(timeout)
+
+    def raise_failures(self) -> None:
+        """Raise ProduceError for records that failed without a caller's callback."""
+        if not self._failures:
+            return
+        failures, self._failures = self._failures, []
+        err, msg = failures[0]
+        raise ProduceError(
+            f"{len(failures)} records could not be delivered to stream {self.stream!r}; "
+            f"first: {err.str()} (topic {msg.topic()})"
+        )
+
+    def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append((err, msg))
+
+
+def _drain(producer: Producer) -> None:
+    remaining = producer.flush(60)
+    if remaining:
+        log.error("%d records not delivered to a retired segment's cluster", remaining)

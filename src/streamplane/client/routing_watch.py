@@ -1,0 +1,102 @@
+"""A stream's routing table, cached and kept fresh by a long-poll watch.
+
+The watcher fetches the table once (``start``), then a daemon thread long-polls the
+control plane and hands every newer table to the listeners, usually within a second of
+the change. If the control plane goes away the cached table stays in force
+(fail-static) and the thread retries with backoff until it answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.core.routing import RoutingTable
+from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[RoutingTable], None]
+
+
+class RoutingWatcher:
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        stream: str,
+        *,
+        poll_timeout_s: float = 20.0,
+        max_backoff_s: float = 2.0,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._poll_timeout_s = poll_timeout_s
+        self._max_backoff_s = max_backoff_s
+        self._listeners: list[Listener] = []
+        self._table: RoutingTable | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.connected = False
+
+    @property
+    def table(self) -> RoutingTable:
+        if self._table is None:
+            raise RuntimeError("RoutingWatcher.start() was not called")
+        return self._table
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def start(self) -> RoutingTable:
+        """Fetch the table (raises if the control plane cannot be reached) and start watching."""
+        self._table = self._client.routing(self._stream)
+        self.connected = True
+        self._thread = threading.Thread(
+            target=self._run, name=f"routing-watch-{self._stream}", daemon=True
+        )
+        self._thread.start()
+        return self._table
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            current = self.table
+            try:
+                table = self._client.watch_routing(
+                    self._stream, current.epoch, timeout=self._poll_timeout_s
+                )
+                self.connected = True
+                backoff = 0.1
+            except ControlPlaneUnavailable:
+                if self.connected:
+                    log.warning(
+                        "control plane unreachable: keeping routing epoch %d", current.epoch
+                    )
+                self.connected = False
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+                continue
+            except ControlPlaneError as exc:
+                log.warning("routing watch for %s failed: %s", self._stream, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+                continue
+            if table.epoch > current.epoch:
+                self._table = table
+                for listener in self._listeners:
+                    try:
+                        listener(table)
+                    except Exception:  # a listener's bug must not stop the watch
+                        log.exception("routing listener failed")
+            elif table.epoch < current.epoch:
+                # A control plane restored from an older state: keep ours, but say so.
+                log.warning(
+                    "control plane returned an older epoch %d < %d", table.epoch, current.epoch
+                )
+                time.sleep(0.5)
