@@ -1,0 +1,174 @@
+"""StreamProducer and StreamConsumer against the real local fleet and control plane."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from streamplane.client.control_plane import ControlPlaneClient
+
+from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.producer import StreamProducer
+from streamplane.client.provenance import read_provenance
+from streamplane.exceptions import ConfigError, ControlPlaneUnavailable, NotFound, RecordTooLarge
+
+
+def consume_until(
+    consumer: StreamConsumer,
+    done: Callable[[], bool],
+    handle: Callable[[StreamMessage], None],
+    timeout_s: float = 60.0,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            handle(msg)
+    assert done(), "timed out"
+
+
+def test_round_trip_with_lanes_and_acks(control_plane: Any, stream_factory: Any) -> None:
+    client: ControlPlaneClient = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=3)
+    with StreamProducer(stream, client) as producer:
+        for i in range(500):
+            producer.send(f"bulk-{i}".encode(), key=str(i).encode(), lane="bulk")
+        for i in range(500):
+            producer.send(f"rt-{i}".encode(), key=str(i).encode(), lane="realtime")
+        producer.flush()
+
+    seen: list[tuple[str, bytes]] = []
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    with StreamConsumer(stream, group, client) as consumer:
+
+        def handle(msg: StreamMessage) -> None:
+            assert msg.value is not None
+            seen.append((msg.lane, msg.value))
+            msg.ack()
+
+        consume_until(consumer, lambda: len(seen) >= 1000, handle)
+    assert Counter(lane for lane, _ in seen) == {"realtime": 500, "bulk": 500}
+    # Both lanes were fetched together: realtime records come first.
+    first_bulk = next(i for i, (lane, _) in enumerate(seen) if lane == "bulk")
+    assert all(lane == "realtime" for lane, _ in seen[:first_bulk])
+    assert first_bulk >= 400
+
+    # A restarted member of the same group has nothing left to do.
+    with StreamConsumer(stream, group, client) as again:
+        assert again.poll(2.0) is None
+
+
+def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_factory: Any) -> None:
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=4)
+    total, poison_every = 20_000, 100
+    with StreamProducer(stream, client) as producer:
+        for i in range(total):
+            producer.send(str(i).encode(), key=str(i % 97).encode())
+        producer.flush()
+
+    good: set[int] = set()
+
+    def handler(msg: StreamMessage) -> None:
+        n = int(msg.value or b"-1")
+        if n % poison_every == 0:
+            raise ValueError(f"poison {n}")
+        good.add(n)
+
+    stop = threading.Event()
+    consumer = StreamConsumer(
+        stream, f"g-{uuid.uuid4().hex[:6]}", client, max_attempts=3, retry_backoff=0.02
+    )
+    worker = threading.Thread(
+        target=consumer.run, args=(handler,), kwargs={"stop": stop, "concurrency": 4}
+    )
+    worker.start()
+    poison = total // poison_every
+    deadline = time.monotonic() + 120
+    while (
+        len(good) < total - poison or consumer.stats["dlq"] < poison
+    ) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    worker.join(30)
+    consumer.close()
+    assert len(good) == total - poison
+    assert consumer.stats["dlq"] == poison
+
+    dlq_seen: dict[int, dict[str, str]] = {}
+    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
+
+        def read(msg: StreamMessage) -> None:
+            dlq_seen[int(msg.value or b"-1")] = read_provenance(msg.headers)
+            msg.ack()
+
+        consume_until(reader, lambda: len(dlq_seen) >= poison, read)
+    assert set(dlq_seen) == set(range(0, total, poison_every))
+    prov = dlq_seen[0]
+    assert prov["stream"] == stream and prov["lane"] == "realtime" and prov["cluster"] == "local-a"
+    assert prov["attempts"] == "3"
+    assert "poison 0" in prov["error"]
+    assert {"topic", "partition", "offset", "first-seen-ms"} <= set(prov)
+
+
+def test_routing_change_while_producing(control_plane: Any, stream_factory: Any) -> None:
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    sent = 0
+    with StreamProducer(stream, client) as producer:
+        for _ in range(2000):
+            producer.send(str(sent).encode())
+            sent += 1
+        changed_at = time.monotonic()
+        table = client.failover(stream, "local-b", reason="test")
+        while producer.epoch < table.epoch and time.monotonic() - changed_at < 10:
+            producer.send(str(sent).encode())
+            sent += 1
+            time.sleep(0.001)
+        switch_s = producer.epoch_switch_times[table.epoch] - changed_at
+        for _ in range(2000):
+            producer.send(str(sent).encode())
+            sent += 1
+        producer.flush()
+    assert producer.epoch == table.epoch
+    print(f"producer on the new segment {switch_s * 1000:.0f} ms after the failover call")
+    assert switch_s < 5.0  # generous bound; the figure itself is reported by the bench
+
+    got: set[int] = set()
+    clusters: Counter[str] = Counter()
+    with StreamConsumer(stream, f"g-{uuid.uuid4().hex[:6]}", client) as consumer:
+
+        def handle(msg: StreamMessage) -> None:
+            got.add(int(msg.value or b"-1"))
+            clusters[msg.cluster] += 1
+            msg.ack()
+
+        consume_until(consumer, lambda: len(got) >= sent, handle)
+    assert got == set(range(sent))
+    assert clusters["local-a"] >= 2000 and clusters["local-b"] >= 2000
+
+
+def test_bad_input(control_plane: Any, stream_factory: Any) -> None:
+    client = control_plane.client()
+    with pytest.raises(NotFound):
+        StreamProducer("no-such-stream", client).open()
+    with pytest.raises(NotFound):
+        StreamConsumer("no-such-stream", "g", client).open()
+    stream = stream_factory(cluster="local-a", partitions=1)
+    with pytest.raises(ConfigError, match="no lane"):
+        StreamProducer(stream, client, lane="nope").open()
+    with pytest.raises(ConfigError, match="no lane"):
+        StreamConsumer(stream, "g", client, lanes=["nope"]).open()
+    with (
+        StreamProducer(stream, client, max_record_bytes=1000) as producer,
+        pytest.raises(RecordTooLarge),
+    ):
+        producer.send(b"x" * 1001)
+    unreachable = ControlPlaneClient("http://127.0.0.1:9", token="x", timeout=1.0)
+    with pytest.raises(ControlPlaneUnavailable):
+        StreamProducer(stream, unreachable).open()
