@@ -154,6 +154,7 @@ class StreamConsumer:
         max_in_flight: int = 10_000,
         max_buffered_per_lane: int = 5_000,
         fetch_batch: int = 1000,
+        read_only: bool = False,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         if max_attempts < 1:
@@ -173,6 +174,7 @@ class StreamConsumer:
         self.max_in_flight = max_in_flight
         self.max_buffered_per_lane = max_buffered_per_lane
         self.fetch_batch = fetch_batch
+        self.read_only = read_only  # never commit (for browsing, e.g. `dlq list`)
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.RLock()
@@ -493,6 +495,8 @@ class StreamConsumer:
     def commit(self) -> None:
         """Commit every partition's low watermark and commit-log metadata now."""
         self._last_commit = time.monotonic()
+        if self.read_only:
+            return
         now_ms = int(time.time() * 1000)
         by_cluster: dict[str, list[tuple[PartitionState, Any]]] = {}
         with self._lock:

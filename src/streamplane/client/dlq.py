@@ -1,0 +1,123 @@
+"""Reading and replaying a stream's dlq lane."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
+from streamplane.client.provenance import PREFIX, read_provenance
+from streamplane.core.routing import DLQ_LANE
+from streamplane.exceptions import ConfigError
+
+REPLAY_GROUP = "sp-dlq-replay"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    provenance: dict[str, str]
+
+
+def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessage], bool]) -> None:
+    """Hand records to ``each`` until it returns False or nothing arrives for ``idle_s``."""
+    last = time.monotonic()
+    while time.monotonic() - last < idle_s:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        last = time.monotonic()
+        if not each(msg):
+            return
+
+
+def list_dead_letters(
+    client: ControlPlaneClient, stream: str, limit: int = 100, idle_s: float = 2.0
+) -> list[DeadLetter]:
+    """Up to ``limit`` records of the dlq lane, oldest first. Commits nothing."""
+    out: list[DeadLetter] = []
+    consumer = StreamConsumer(
+        stream, f"sp-dlq-list-{time.time_ns()}", client, lanes=[DLQ_LANE], read_only=True
+    )
+    with consumer:
+
+        def each(msg: StreamMessage) -> bool:
+            out.append(
+                DeadLetter(
+                    msg.cluster,
+                    msg.topic,
+                    msg.partition,
+                    msg.offset,
+                    msg.key,
+                    msg.value,
+                    read_provenance(msg.headers),
+                )
+            )
+            return len(out) < limit
+
+        _drain(consumer, idle_s, each)
+    return out
+
+
+def replay(
+    client: ControlPlaneClient,
+    stream: str,
+    to_lane: str | None = None,
+    idle_s: float = 2.0,
+    progress: Callable[[int], None] = lambda _: None,
+) -> int:
+    """Send every dlq record back to ``to_lane`` (default: the lane it came from).
+
+    Each dlq record is acked only after its copy is delivered, under the group
+    ``sp-dlq-replay``, so an interrupted replay resumes where it stopped and loses nothing.
+    """
+    if to_lane == DLQ_LANE:
+        raise ConfigError("cannot replay the dlq lane into itself")
+    replayed = 0
+    with (
+        StreamProducer(stream, client) as producer,
+        StreamConsumer(stream, REPLAY_GROUP, client, lanes=[DLQ_LANE]) as consumer,
+    ):
+        lanes = producer.routing.lanes
+        if to_lane is not None and to_lane not in lanes:
+            raise ConfigError(
+                f"stream {stream!r} has no lane {to_lane!r} (lanes: {', '.join(lanes)})"
+            )
+        batch: list[StreamMessage] = []
+
+        def each(msg: StreamMessage) -> bool:
+            nonlocal replayed
+            origin = read_provenance(msg.headers)
+            lane = to_lane or origin.get("lane") or lanes[0]
+            if lane not in lanes:
+                lane = lanes[0]
+            headers = [(k, v) for k, v in (msg.headers or []) if not k.startswith(PREFIX)]
+            headers.append(
+                ("sp-replayed-from", f"{msg.topic}:{msg.partition}:{msg.offset}".encode())
+            )
+            producer.send(msg.value, key=msg.key, headers=headers, lane=lane)
+            batch.append(msg)
+            if len(batch) >= 500:
+                producer.flush()
+                for m in batch:
+                    m.ack()
+                replayed += len(batch)
+                progress(replayed)
+                batch.clear()
+            return True
+
+        _drain(consumer, idle_s, each)
+        producer.flush()
+        for m in batch:
+            m.ack()
+        replayed += len(batch)
+        progress(replayed)
+    return replayed
