@@ -1,0 +1,170 @@
+"""StreamProducer and StreamConsumer against raw confluent-kafka on the same cluster.
+
+    .venv/bin/python bench/client_throughput.py [--records 200000] [--runs 3]
+
+- produce: 1 KiB values, StreamProducer vs a raw confluent-kafka Producer with the same
+  settings (idempotent, acks=all, zstd), target >= 0.9x;
+- consume: StreamConsumer with per-record acks and the commit log vs raw consume with
+  manual commits every second, target >= 0.8x;
+- poison: 1% of records raise in the handler (nack, retried, then dead-lettered);
+  good-record throughput vs the clean run, target >= 0.95x.
+Runs alternate between the two sides; medians are compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from _stack import Stack, local_stack
+from streamplane.client.consumer import StreamConsumer
+from streamplane.client.producer import StreamProducer
+from streamplane.kafka.admin import KafkaAdmin
+from streamplane.kafka.clients import consumer_config, producer_config
+
+PARTITIONS = 6
+
+
+def raw_produce(bootstrap: str, topic: str, n: int, value: bytes) -> float:
+    p = Producer(producer_config(bootstrap))
+    t = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return n / (time.perf_counter() - t)
+
+
+def stream_produce(stack: Stack, stream: str, n: int, value: bytes) -> float:
+    with StreamProducer(stream, stack.client) as p:
+        t = time.perf_counter()
+        for i in range(n):
+            p.send(value, key=str(i).encode())
+        p.flush(60)
+        return n / (time.perf_counter() - t)
+
+
+def raw_consume(bootstrap: str, topic: str, n: int) -> float:
+    c = Consumer(consumer_config(bootstrap, f"raw-{uuid.uuid4().hex[:6]}"))
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got = 0
+    t = time.perf_counter()
+    last_commit = t
+    while got < n:
+        for m in c.consume(1000, timeout=0.5):
+            if m.error() is None:
+                m.value()
+                got += 1
+        if time.perf_counter() - last_commit >= 1.0:
+            c.commit(asynchronous=False)
+            last_commit = time.perf_counter()
+    c.commit(asynchronous=False)
+    rate = n / (time.perf_counter() - t)
+    c.close()
+    return rate
+
+
+def stream_consume(stack: Stack, stream: str, n: int, poison_every: int = 0) -> float:
+    """Good records handled per second (poison records raise every time)."""
+    good_target = n - (n // poison_every if poison_every else 0)
+    good = 0
+    with StreamConsumer(
+        stream, f"sc-{uuid.uuid4().hex[:6]}", stack.client, max_attempts=3, retry_backoff=0.05
+    ) as c:
+        t = time.perf_counter()
+        while good < good_target:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if poison_every and int(m.value or b"0") % poison_every == 0:
+                m.nack("poison")
+                continue
+            good += 1
+            m.ack()
+        return good / (time.perf_counter() - t)
+
+
+def median_pair(runs: int, a: object, b: object) -> tuple[float, float, list[float], list[float]]:
+    xs: list[float] = []
+    ys: list[float] = []
+    for _ in range(runs):
+        xs.append(a())  # type: ignore[operator]
+        ys.append(b())  # type: ignore[operator]
+    return statistics.median(xs), statistics.median(ys), xs, ys
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    n = args.records
+    with local_stack() as stack:
+        bootstrap = stack.fleet.bootstrap("local-a")
+        admin = KafkaAdmin(bootstrap)
+        kib = b"x" * 1024
+
+        # ---- produce
+        raw_topic = "bench.raw.produce"
+        admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
+        stream = "bench-produce"
+        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+        raw, ours, xs, ys = median_pair(
+            args.runs,
+            lambda: raw_produce(bootstrap, raw_topic, n, kib),
+            lambda: stream_produce(stack, stream, n, kib),
+        )
+        print(
+            f"produce 1 KiB x {n}: raw {raw:,.0f} rec/s, StreamProducer {ours:,.0f} rec/s "
+            f"-> ratio {ours / raw:.2f} (target >= 0.90); runs raw={xs!r} ours={ys!r}"
+        )
+
+        # ---- consume (small records, pre-produced once)
+        small = b'{"level":"info","msg":"hello world","n":12345}'
+        raw_topic = "bench.raw.consume"
+        admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
+        raw_produce(bootstrap, raw_topic, n, small)
+        stream = "bench-consume"
+        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+        with StreamProducer(stream, stack.client) as p:
+            for i in range(n):
+                p.send(str(i).encode() + small, key=str(i).encode())
+        raw, ours, xs, ys = median_pair(
+            args.runs,
+            lambda: raw_consume(bootstrap, raw_topic, n),
+            lambda: stream_consume(stack, stream, n),
+        )
+        print(
+            f"consume x {n}: raw+manual commits {raw:,.0f} rec/s, StreamConsumer acks "
+            f"{ours:,.0f} rec/s -> ratio {ours / raw:.2f} (target >= 0.80)"
+        )
+
+        # ---- poison pills: 1% of records fail every attempt and go to the dlq
+        stream = "bench-poison"
+        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+        with StreamProducer(stream, stack.client) as p:
+            for i in range(n):
+                p.send(str(i).encode(), key=str(i).encode())
+        clean, poisoned, xs, ys = median_pair(
+            args.runs,
+            lambda: stream_consume(stack, stream, n),
+            lambda: stream_consume(stack, stream, n, poison_every=100),
+        )
+        print(
+            f"good-record throughput: clean {clean:,.0f} rec/s, 1% poison {poisoned:,.0f} "
+            f"rec/s -> ratio {poisoned / clean:.2f} (target >= 0.95)"
+        )
+
+
+if __name__ == "__main__":
+    main()
