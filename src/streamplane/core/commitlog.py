@@ -63,9 +63,10 @@ import operator
 import re
 import zlib
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, compress, repeat
 from types import MappingProxyType
 
 import zstandard
@@ -113,6 +114,7 @@ _KNOWN_FLAGS = _FLAG_ZSTD | _FLAG_TRUNCATED | _FLAG_SPILL | _FLAG_LW_TIMESTAMP
 _KIND_EMPTY = 0
 _KIND_RUNS = 1
 _KIND_BITSET = 2
+_KIND_PACKED = 3
 
 TIMESTAMP_MIN_MS = -(1 << 47)
 TIMESTAMP_MAX_MS = (1 << 47) - 1
@@ -135,7 +137,6 @@ _ZSTD_LARGE_BODY = 8 << 10
 
 _PREFIX_RE = re.compile(r"sp([0-9]{1,4}):")
 _BASE64URL_RE = re.compile(r"[A-Za-z0-9_-]*")
-_ONES_RE = re.compile(r"1+")
 
 
 # --------------------------------------------------------------------------------------
@@ -418,6 +419,45 @@ def _clip(starts: list[int], ends: list[int], horizon: int) -> tuple[list[int], 
     return kept_starts, kept_ends
 
 
+def _varint_bytes(histogram: Counter[int]) -> int:
+    """Total uvarint size of values whose bit lengths are counted in ``histogram``."""
+    return sum(count * max(1, (bits + 6) // 7) for bits, count in histogram.items())
+
+
+def _golomb_order(values: list[int], histogram: Counter[int]) -> tuple[int, int]:
+    """The Exp-Golomb order ``k`` that packs ``values`` smallest, and their bit count.
+
+    A value ``v`` of bit length ``b`` costs ``k + 1`` bits when ``b <= k`` and about
+    ``2b - k - 1`` otherwise (2 more when ``v + 2**k`` carries into a new bit); ``k``
+    is chosen on that estimate from the histogram, then the cost is counted exactly.
+    """
+    top = max(histogram)
+    best_k = 0
+    best_cost = -1
+    for k in range(top + 1):
+        cost = 0
+        for bits, count in histogram.items():
+            cost += count * (k + 1 if bits <= k else 2 * bits - k - 1)
+        if best_cost < 0 or cost < best_cost:
+            best_k, best_cost = k, cost
+    offset = 1 << best_k
+    exact = 2 * sum(map(int.bit_length, [v + offset for v in values]))
+    return best_k, exact - len(values) * (best_k + 1)
+
+
+def _golomb_codes(values: list[int], k: int) -> list[str]:
+    """Exp-Golomb order-k codes: ``v + 2**k`` in binary after as many zeros as it has
+    bits beyond ``k + 1``. Gaps and lengths repeat a lot: each distinct value is
+    formatted once."""
+    offset = 1 << k
+    zeros = k + 1
+    table = {}
+    for v in set(values):
+        w = v + offset
+        table[v] = "0" * (w.bit_length() - zeros) + format(w, "b")
+    return list(map(table.__getitem__, values))
+
+
 def _put_section(out: bytearray, origin: int, starts: list[int], ends: list[int]) -> None:
     n = len(starts)
     if not n:
@@ -425,33 +465,62 @@ def _put_section(out: bytearray, origin: int, starts: list[int], ends: list[int]
         return
     # gap: distance from the lowest start the range could have (origin, or one past
     # the previous range's end, since ranges never touch); length is stored minus one.
+    plus_one = (1).__add__
     lowest_starts = [origin]
-    lowest_starts += [end + 1 for end in ends[:-1]]
+    lowest_starts += map(plus_one, ends[:-1])
     gaps = list(map(operator.sub, starts, lowest_starts))
-    lengths = [end - start - 1 for start, end in zip(starts, ends, strict=True)]
-    runs = bytearray()
-    _put_uvarint(runs, n)
-    if max(gaps) < 0x80 and max(lengths) < 0x80:  # every varint is one byte
-        pairs = bytearray(2 * n)
-        pairs[0::2] = gaps
-        pairs[1::2] = lengths
-        runs += pairs
-    else:
-        for gap, length in zip(gaps, lengths, strict=True):
-            _put_uvarint(runs, gap)
-            _put_uvarint(runs, length)
+    lengths = list(map(operator.sub, ends, map(plus_one, starts)))
+    gap_bits = Counter(map(int.bit_length, gaps))
+    length_bits = Counter(map(int.bit_length, lengths))
+    header = _uvarint_size(n)
+    runs_size = header + _varint_bytes(gap_bits) + _varint_bytes(length_bits)
     span = ends[-1] - origin
-    if _uvarint_size(span) + (span + 7) // 8 < len(runs):
+    bitset_size = _uvarint_size(span) + (span + 7) // 8
+    best = min(runs_size, bitset_size)
+    # Exp-Golomb packing costs at least one bit per value: skip it when it cannot win
+    packed: tuple[int, int, int] | None = None
+    if header + 2 + (2 * n + 7) // 8 < best:
+        gap_k, gap_cost = _golomb_order(gaps, gap_bits)
+        length_k, length_cost = _golomb_order(lengths, length_bits)
+        packed_bytes = (gap_cost + length_cost + 7) // 8
+        if header + 2 + _uvarint_size(packed_bytes) + packed_bytes < best:
+            packed = (gap_k, length_k, packed_bytes)
+    if packed is not None:
+        gap_k, length_k, packed_bytes = packed
+        out.append(_KIND_PACKED)
+        _put_uvarint(out, n)
+        out.append(gap_k)
+        out.append(length_k)
+        _put_uvarint(out, packed_bytes)
+        codes = _golomb_codes(gaps, gap_k)
+        interleaved = [""] * (2 * n)
+        interleaved[0::2] = codes
+        interleaved[1::2] = _golomb_codes(lengths, length_k)
+        text = "".join(interleaved)
+        text += "0" * (8 * packed_bytes - len(text))
+        out += int(text, 2).to_bytes(packed_bytes, "big")
+    elif bitset_size < runs_size:
         out.append(_KIND_BITSET)
         _put_uvarint(out, span)
-        text = bytearray(b"0") * span
-        for start, end in zip(starts, ends, strict=True):
-            text[start - origin : end - origin] = b"1" * (end - start)
-        text.reverse()  # int() reads the most significant digit first
+        # '0' * gap + '1' * length per range, lowest offset first
+        holes = list(map(operator.sub, starts, [origin, *ends[:-1]]))
+        pieces = [""] * (2 * n)
+        pieces[0::2] = map("0".__mul__, holes)
+        pieces[1::2] = map("1".__mul__, map(operator.sub, ends, starts))
+        text = "".join(pieces)[::-1]  # int() reads the most significant digit first
         out += int(text, 2).to_bytes((span + 7) // 8, "little")
     else:
         out.append(_KIND_RUNS)
-        out += runs
+        _put_uvarint(out, n)
+        if max(gap_bits) < 8 and max(length_bits) < 8:  # every varint is one byte
+            pairs = bytearray(2 * n)
+            pairs[0::2] = gaps
+            pairs[1::2] = lengths
+            out += pairs
+        else:
+            for gap, length in zip(gaps, lengths, strict=True):
+                _put_uvarint(out, gap)
+                _put_uvarint(out, length)
 
 
 def _body(flat: _Flat, horizon: int | None, spill: SpillPointer | None) -> bytes:
@@ -758,6 +827,31 @@ class _Reader:
         return len(self.data) - self.pos
 
 
+def _read_golomb(bits: str, pos: int, k: int) -> tuple[int, int]:
+    one = bits.find("1", pos)
+    if one < 0:
+        raise CodecError("packed ranges end early in commit body")
+    end = 2 * one - pos + k + 1  # as many bits after the leading zeros, plus k + 1
+    if end > len(bits):
+        raise CodecError("packed ranges end early in commit body")
+    return int(bits[one:end], 2) - (1 << k), end
+
+
+def _ranges_from_pairs(origin: int, gaps: list[int], lengths: list[int]) -> RangeSet:
+    # lowest_start[k + 1] = end[k] + 1 = lowest_start[k] + gap[k] + length[k] + 2
+    steps = [gap + length + 2 for gap, length in zip(gaps, lengths, strict=True)]
+    lowest_starts = accumulate(steps, initial=origin)
+    starts = list(map(operator.add, lowest_starts, gaps))
+    ends = [start + length + 1 for start, length in zip(starts, lengths, strict=True)]
+    return _checked_ranges(starts, ends)
+
+
+def _checked_ranges(starts: list[int], ends: list[int]) -> RangeSet:
+    if ends[-1] > OFFSET_LIMIT:
+        raise CodecError("offset beyond the int64 range in commit body")
+    return RangeSet.from_bounds(starts, ends)
+
+
 def _read_section(reader: _Reader, origin: int) -> RangeSet:
     kind = reader.take(1)[0]
     if kind == _KIND_EMPTY:
@@ -766,9 +860,8 @@ def _read_section(reader: _Reader, origin: int) -> RangeSet:
         n = reader.uvarint()
         if n == 0 or 2 * n > reader.remaining():
             raise CodecError(f"commit body claims {n} ranges it does not hold")
-        data = reader.data
         pos = reader.pos
-        chunk = data[pos : pos + 2 * n]
+        chunk = reader.data[pos : pos + 2 * n]
         if max(chunk) < 0x80:  # every varint is one byte
             gaps: list[int] = list(chunk[0::2])
             lengths: list[int] = list(chunk[1::2])
@@ -779,29 +872,41 @@ def _read_section(reader: _Reader, origin: int) -> RangeSet:
             for _ in range(n):
                 gaps.append(reader.uvarint())
                 lengths.append(reader.uvarint())
-        # lowest_start[k + 1] = end[k] + 1 = lowest_start[k] + gap[k] + length[k] + 2
-        steps = [gap + length + 2 for gap, length in zip(gaps, lengths, strict=True)]
-        lowest_starts = list(accumulate(steps, initial=origin))
-        starts = list(map(operator.add, lowest_starts, gaps))
-        ends = [start + length + 1 for start, length in zip(starts, lengths, strict=True)]
-    elif kind == _KIND_BITSET:
+        return _ranges_from_pairs(origin, gaps, lengths)
+    if kind == _KIND_PACKED:
+        n = reader.uvarint()
+        gap_k, length_k = reader.take(2)
+        size = reader.uvarint()
+        if n == 0 or gap_k > 63 or length_k > 63 or 2 * n > 8 * size:
+            raise CodecError("malformed packed ranges in commit body")
+        chunk = reader.take(size)
+        bits = format(int.from_bytes(chunk, "big"), "b").zfill(8 * size)
+        gaps = []
+        lengths = []
+        pos = 0
+        for _ in range(n):
+            gap, pos = _read_golomb(bits, pos, gap_k)
+            gaps.append(gap)
+            length, pos = _read_golomb(bits, pos, length_k)
+            lengths.append(length)
+        if len(bits) - pos >= 8 or "1" in bits[pos:]:
+            raise CodecError("packed ranges have stray bits in commit body")
+        return _ranges_from_pairs(origin, gaps, lengths)
+    if kind == _KIND_BITSET:
         span = reader.uvarint()
         if span == 0:
             raise CodecError("empty bitset in commit body")
         value = int.from_bytes(reader.take((span + 7) // 8), "little")
         if value.bit_length() != span:
             raise CodecError("bitset length does not match its bits")
-        bits = format(value, "b")[::-1]
-        starts = []
-        ends = []
-        for match in _ONES_RE.finditer(bits):
-            starts.append(origin + match.start())
-            ends.append(origin + match.end())
-    else:
-        raise CodecError(f"unknown range encoding {kind} in commit body")
-    if ends[-1] > OFFSET_LIMIT:
-        raise CodecError("offset beyond the int64 range in commit body")
-    return RangeSet.from_bounds(starts, ends)
+        # runs of ones between single zeros; piece i starts at sum(len(p) + 1 for p before)
+        pieces = format(value, "b")[::-1].split("0")
+        sizes = list(map(len, pieces))
+        positions = accumulate(map(operator.add, sizes, repeat(1)), initial=origin)
+        starts = list(compress(positions, sizes))
+        ends = list(map(operator.add, starts, filter(None, sizes)))
+        return _checked_ranges(starts, ends)
+    raise CodecError(f"unknown range encoding {kind} in commit body")
 
 
 @dataclass(frozen=True)
