@@ -1,0 +1,356 @@
+"""The control plane's HTTP API (FastAPI): ``create_app(settings) -> FastAPI``.
+
+Reads are open; mutations need ``Authorization: Bearer <token>`` (401 without one, 403
+with a wrong one). Every error is JSON ``{"detail": "<one line>"}``: streamplane
+errors map to 400 (ConfigError), 404 (NotFound), 409 (Conflict) and 502 (KafkaError,
+the cluster failed), request validation to 422. Handlers that touch the store or Kafka
+are plain ``def`` (FastAPI runs them in worker threads); the routing watch is ``async``
+and waits on the ``WatchHub`` without holding a thread.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations
+# at runtime, and some refer to names local to ``create_app``.
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from streamplane import __version__
+from streamplane.controlplane.schemas import (
+    AuditOut,
+    ClusterIn,
+    ClusterOut,
+    ClusterPatch,
+    ErrorResponse,
+    FailoverIn,
+    Health,
+    RoutingOut,
+    SegmentTransitionIn,
+    StreamDetail,
+    StreamIn,
+    StreamOut,
+)
+from streamplane.controlplane.service import ControlPlaneService, parse_tag_filter
+from streamplane.controlplane.store import Store
+from streamplane.controlplane.watch import WatchHub
+from streamplane.exceptions import (
+    ConfigError,
+    Conflict,
+    KafkaError,
+    NotFound,
+    StreamplaneError,
+    Unauthorized,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ControlPlaneSettings(BaseModel):
+    """How one control-plane replica runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    db_url: str = Field(description="SQLAlchemy URL of the store, e.g. sqlite:///cp.db")
+    api_token: str = Field(min_length=8, description="The bearer token mutations need.")
+    watch_timeout_default: float = Field(25.0, gt=0)
+    watch_timeout_max: float = Field(60.0, gt=0)
+    watch_poll_interval: float = Field(
+        0.5, gt=0, description="How often waiting watches re-check the store (other replicas)."
+    )
+    kafka_timeout: float = Field(15.0, gt=0, description="Seconds for one Kafka admin call.")
+
+    @field_validator("api_token")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isascii() or not value.isprintable() or " " in value:
+            raise ValueError("the API token must be printable ASCII without spaces")
+        return value
+
+
+_ERROR_STATUS: tuple[tuple[type[StreamplaneError], int], ...] = (
+    (NotFound, 404),
+    (Conflict, 409),
+    (Unauthorized, 401),
+    (ConfigError, 400),
+    (KafkaError, 502),
+)
+
+_DESCRIPTIONS = {
+    400: "Invalid input (a name, a config, a rule of the routing state machine).",
+    401: "No API token.",
+    403: "Wrong API token.",
+    404: "Unknown stream or cluster.",
+    409: "Already exists, or the stream changed meanwhile.",
+    422: "The request does not match the schema.",
+    502: "A Kafka cluster failed the operation.",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": ErrorResponse, "description": _DESCRIPTIONS[c]} for c in codes}
+
+
+_MUTATION = (401, 403, 422)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        where = ".".join(loc) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return _one_line("; ".join(parts) or "invalid request")
+
+
+def create_app(
+    settings: ControlPlaneSettings, service: ControlPlaneService | None = None
+) -> FastAPI:
+    """The API over ``service`` (default: a service over ``Store(settings.db_url)``)."""
+    owned = service is None
+    if service is None:
+        service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
+    svc = service
+    hub = WatchHub(svc.store.stream_epochs, settings.watch_poll_interval)
+    svc.add_listener(hub.publish)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        hub.close()
+        if owned:
+            svc.close()
+
+    app = FastAPI(
+        title="streamplane control plane",
+        version=__version__,
+        description="Cluster registry, streams and their routing tables, failover.",
+        lifespan=lifespan,
+    )
+    app.state.service = svc
+    app.state.hub = hub
+    app.state.settings = settings
+
+    @app.exception_handler(StreamplaneError)
+    async def _streamplane_error(_: Request, exc: StreamplaneError) -> JSONResponse:
+        status = next((s for t, s in _ERROR_STATUS if isinstance(exc, t)), 500)
+        if status == 500:
+            log.error("unexpected control-plane error: %s", exc)
+        return JSONResponse({"detail": _one_line(str(exc))}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_detail(exc)}, status_code=422)
+
+    token = settings.api_token.encode()
+    bearer = HTTPBearer(auto_error=False, description="The control plane's API token.")
+
+    def require_token(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        x_streamplane_actor: Annotated[
+            str | None, Header(max_length=100, description="Who acts, for the audit log.")
+        ] = None,
+    ) -> str:
+        """The actor recorded in the audit log."""
+        if creds is None:
+            raise HTTPException(
+                401,
+                "missing API token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not hmac.compare_digest(creds.credentials.encode(), token):
+            raise HTTPException(403, "wrong API token")
+        actor = _one_line(x_streamplane_actor or "")
+        return actor if actor and actor.isprintable() else "api"
+
+    Actor = Annotated[str, Depends(require_token)]
+
+    # ------------------------------------------------------------------ health
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    def healthz() -> Health:
+        return Health(status="ok", version=__version__, schema_version=svc.store.schema_version())
+
+    # ------------------------------------------------------------------ clusters
+    @app.post(
+        "/v1/clusters",
+        status_code=201,
+        response_model=ClusterOut,
+        responses=_errors(400, 409, *_MUTATION),
+        tags=["clusters"],
+    )
+    def register_cluster(body: ClusterIn, actor: Actor) -> ClusterOut:
+        return ClusterOut.of(svc.register_cluster(body.name, body.bootstrap, body.tags, actor))
+
+    @app.get(
+        "/v1/clusters",
+        response_model=list[ClusterOut],
+        responses=_errors(400, 422),
+        tags=["clusters"],
+    )
+    def list_clusters(
+        tag: Annotated[
+            list[str] | None,
+            Query(description="key:value; repeat to AND several tags."),
+        ] = None,
+    ) -> list[ClusterOut]:
+        return [ClusterOut.of(c) for c in svc.list_clusters(parse_tag_filter(tag or []))]
+
+    @app.get(
+        "/v1/clusters/{name}",
+        response_model=ClusterOut,
+        responses=_errors(400, 404, 422),
+        tags=["clusters"],
+    )
+    def get_cluster(name: str) -> ClusterOut:
+        return ClusterOut.of(svc.get_cluster(name))
+
+    @app.patch(
+        "/v1/clusters/{name}",
+        response_model=ClusterOut,
+        responses=_errors(400, 404, *_MUTATION),
+        tags=["clusters"],
+    )
+    def update_cluster(name: str, body: ClusterPatch, actor: Actor) -> ClusterOut:
+        return ClusterOut.of(svc.update_cluster(name, body.bootstrap, body.tags, actor))
+
+    @app.delete(
+        "/v1/clusters/{name}",
+        status_code=204,
+        response_class=Response,
+        responses=_errors(400, 404, 409, *_MUTATION),
+        tags=["clusters"],
+    )
+    def delete_cluster(name: str, actor: Actor) -> Response:
+        svc.delete_cluster(name, actor)
+        return Response(status_code=204)
+
+    # ------------------------------------------------------------------ streams
+    @app.post(
+        "/v1/streams",
+        status_code=201,
+        response_model=StreamDetail,
+        responses=_errors(400, 404, 409, 502, *_MUTATION),
+        tags=["streams"],
+    )
+    def create_stream(body: StreamIn, actor: Actor) -> StreamDetail:
+        record, table = svc.create_stream(body.spec(), actor)
+        return StreamDetail.of_table(record, table)
+
+    @app.get("/v1/streams", response_model=list[StreamOut], tags=["streams"])
+    def list_streams() -> list[StreamOut]:
+        return [StreamOut.of(s, active) for s, active in svc.list_streams()]
+
+    @app.get(
+        "/v1/streams/{name}",
+        response_model=StreamDetail,
+        responses=_errors(400, 404, 422),
+        tags=["streams"],
+    )
+    def get_stream(name: str) -> StreamDetail:
+        record, table = svc.get_stream(name)
+        return StreamDetail.of_table(record, table)
+
+    @app.delete(
+        "/v1/streams/{name}",
+        status_code=204,
+        response_class=Response,
+        responses=_errors(400, 404, 502, *_MUTATION),
+        tags=["streams"],
+    )
+    def delete_stream(
+        name: str,
+        actor: Actor,
+        delete_topics: Annotated[
+            bool, Query(description="Also delete the stream's topics on every cluster.")
+        ] = True,
+    ) -> Response:
+        svc.delete_stream(name, delete_topics, actor)
+        return Response(status_code=204)
+
+    @app.get(
+        "/v1/streams/{name}/routing",
+        response_model=RoutingOut,
+        responses=_errors(400, 404, 422),
+        tags=["routing"],
+        description=(
+            "The stream's routing table. With after_epoch, a long poll: answers at once if "
+            "the epoch is above after_epoch, else when it changes or after `timeout` "
+            "seconds, with the current table either way (compare the epochs)."
+        ),
+    )
+    async def routing(
+        name: str,
+        after_epoch: Annotated[
+            int | None, Query(ge=-1, le=2**62, description="The epoch the caller has.")
+        ] = None,
+        timeout: Annotated[
+            float | None,
+            Query(
+                ge=0,
+                le=settings.watch_timeout_max,
+                description=f"Seconds to wait (default {settings.watch_timeout_default:g}).",
+            ),
+        ] = None,
+    ) -> RoutingOut:
+        loop = asyncio.get_running_loop()
+        wait = settings.watch_timeout_default if timeout is None else timeout
+        deadline = loop.time() + min(wait, settings.watch_timeout_max)
+        while True:
+            table = await run_in_threadpool(svc.routing, name)
+            remaining = deadline - loop.time()
+            if after_epoch is None or table.epoch > after_epoch or remaining <= 0:
+                return RoutingOut.of(table)
+            await hub.wait(name, table.epoch, remaining)
+            if hub.closed:
+                return RoutingOut.of(await run_in_threadpool(svc.routing, name))
+
+    @app.post(
+        "/v1/streams/{name}/failover",
+        response_model=RoutingOut,
+        responses=_errors(400, 404, 409, 502, *_MUTATION),
+        tags=["routing"],
+        description=(
+            "Create new topics for the lanes on the target cluster, then make them the "
+            "active segments in a new epoch; the old segments drain."
+        ),
+    )
+    def failover(name: str, body: FailoverIn, actor: Actor) -> RoutingOut:
+        table = svc.failover(name, body.cluster, body.lanes, body.partitions, body.reason, actor)
+        return RoutingOut.of(table)
+
+    @app.post(
+        "/v1/streams/{name}/segments/transition",
+        response_model=RoutingOut,
+        responses=_errors(400, 404, 409, *_MUTATION),
+        tags=["routing"],
+        description="Move one segment forward: draining -> sealed -> retired (or lost).",
+    )
+    def transition_segment(name: str, body: SegmentTransitionIn, actor: Actor) -> RoutingOut:
+        try:
+            offsets = {int(p): o for p, o in body.sealed_end_offsets.items()}
+        except ValueError as exc:
+            raise ConfigError("sealed_end_offsets keys must be partition numbers") from exc
+        table = svc.transition_segment(name, body.cluster, body.topic, body.state, offsets, actor)
+        return RoutingOut.of(table)
+
+    # ------------------------------------------------------------------ audit
+    @app.get("/v1/audit", response_model=list[AuditOut], responses=_errors(422), tags=["audit"])
+    def audit(
+        stream: Annotated[str | None, Query(max_length=63)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[AuditOut]:
+        return [AuditOut.of(e) for e in svc.audit(stream, limit)]
+
+    return app

@@ -1,0 +1,148 @@
+"""Schema migrations of the control-plane store: an ordered list, applied at start.
+
+The ``schema_version`` table holds one row per applied migration. ``migrate`` applies
+every migration newer than the database, each in its own transaction together with its
+version row, so a crash leaves the database at a known version and a second run (or a
+second replica starting at the same time) does nothing more.
+
+Rules for adding a migration: append, never edit or reorder a released one; define the
+tables a migration creates inside it (a frozen copy), not from ``store.py``'s current
+definitions; use portable DDL (SQLAlchemy constructs, or plain ``ALTER TABLE ... ADD
+COLUMN``) so the same list runs on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from streamplane.exceptions import ConfigError
+
+schema_version_table = sa.Table(
+    "schema_version",
+    sa.MetaData(),
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("description", sa.String(200), nullable=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    upgrade: Callable[[Connection], None]
+
+
+def _v1_registry_and_routing(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "clusters",
+        md,
+        sa.Column("name", sa.String(63), primary_key=True),
+        sa.Column("bootstrap", sa.String(1024), nullable=False),
+        sa.Column("tags", sa.JSON, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    sa.Table(
+        "streams",
+        md,
+        sa.Column("name", sa.String(63), primary_key=True),
+        sa.Column("lanes", sa.JSON, nullable=False),
+        sa.Column("partitions", sa.Integer, nullable=False),
+        sa.Column("dlq_partitions", sa.Integer, nullable=False),
+        sa.Column("replication_factor", sa.Integer, nullable=False),
+        sa.Column("config", sa.JSON, nullable=False),
+        sa.Column("max_record_bytes", sa.BigInteger, nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    sa.Table(
+        "segments",
+        md,
+        sa.Column("stream", sa.String(63), primary_key=True),
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("topic", sa.String(249), primary_key=True),
+        sa.Column("position", sa.Integer, nullable=False),
+        sa.Column("lane", sa.String(31), nullable=False),
+        sa.Column("partitions", sa.Integer, nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("sealed_end_offsets", sa.JSON, nullable=False),
+        sa.Index("ix_segments_cluster", "cluster"),
+    )
+    md.create_all(conn)
+
+
+def _v2_audit_log(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "audit_log",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("time", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("actor", sa.String(100), nullable=False),
+        sa.Column("action", sa.String(64), nullable=False),
+        sa.Column("stream", sa.String(63), nullable=True),
+        sa.Column("detail", sa.JSON, nullable=False),
+        sa.Index("ix_audit_log_stream", "stream", "id"),
+    )
+    md.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
+    Migration(2, "audit log of routing and registry changes", _v2_audit_log),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def current_version(engine: Engine) -> int:
+    """The highest applied migration, 0 for an empty database."""
+    with engine.connect() as conn:
+        if not sa.inspect(conn).has_table(schema_version_table.name):
+            return 0
+        version = conn.execute(sa.select(sa.func.max(schema_version_table.c.version))).scalar()
+    return int(version or 0)
+
+
+def migrate(
+    engine: Engine,
+    target: int | None = None,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+) -> list[int]:
+    """Bring the database up to ``target`` (default: the latest). Returns what was applied."""
+    known = migrations[-1].version if migrations else 0
+    target = known if target is None else target
+    with engine.begin() as conn:
+        schema_version_table.create(conn, checkfirst=True)
+    version = current_version(engine)
+    if version > known:
+        raise ConfigError(
+            f"the control-plane database is at schema version {version}, newer than this "
+            f"streamplane knows ({known}): upgrade streamplane"
+        )
+    applied: list[int] = []
+    for m in migrations:
+        if m.version <= version or m.version > target:
+            continue
+        try:
+            with engine.begin() as conn:
+                # The version row first: a replica migrating concurrently fails here, not
+                # halfway through the DDL (on databases whose DDL is transactional).
+                conn.execute(
+                    schema_version_table.insert().values(
+                        version=m.version, description=m.description, applied_at=datetime.now(UTC)
+                    )
+                )
+                m.upgrade(conn)
+        except sa.exc.IntegrityError:
+            continue  # another replica applied it first
+        applied.append(m.version)
+    return applied

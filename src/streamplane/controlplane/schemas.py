@@ -1,0 +1,215 @@
+"""The HTTP API's request and response documents (pydantic), as served in /openapi.json."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamplane.controlplane.service import (
+    MAX_PARTITIONS,
+    MAX_RECORD_BYTES,
+    MAX_REPLICATION_FACTOR,
+    StreamSpec,
+    topic_config,
+)
+from streamplane.controlplane.store import AuditEntry, ClusterRecord, StreamRecord
+from streamplane.core.routing import DEFAULT_LANES, RoutingTable, SegmentState, routing_to_json
+
+ClusterName = Annotated[str, Field(min_length=1, max_length=63, examples=["local-a"])]
+StreamName = Annotated[str, Field(min_length=1, max_length=63, examples=["logs-intake"])]
+LaneName = Annotated[str, Field(min_length=1, max_length=31, examples=["realtime"])]
+Bootstrap = Annotated[str, Field(min_length=1, max_length=1024, examples=["127.0.0.1:9092"])]
+Tags = Annotated[dict[str, Annotated[str, Field(max_length=255)]], Field(max_length=64)]
+Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorResponse(BaseModel):
+    detail: str = Field(description="One line saying what went wrong.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    schema_version: int
+
+
+# ---------------------------------------------------------------------- clusters
+class ClusterIn(_In):
+    name: ClusterName
+    bootstrap: Bootstrap
+    tags: Tags = Field(default_factory=dict)
+
+
+class ClusterPatch(_In):
+    bootstrap: Bootstrap | None = None
+    tags: Tags | None = Field(default=None, description="Replaces all of the cluster's tags.")
+
+
+class ClusterOut(BaseModel):
+    name: str
+    bootstrap: str
+    tags: dict[str, str]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, c: ClusterRecord) -> ClusterOut:
+        return cls(
+            name=c.name,
+            bootstrap=c.bootstrap,
+            tags=dict(c.tags),
+            created_at=c.created_at,
+            updated_at=c.updated_at,
+        )
+
+
+# ---------------------------------------------------------------------- routing
+class SegmentOut(BaseModel):
+    lane: str
+    cluster: str
+    topic: str
+    partitions: int
+    state: SegmentState
+    epoch: int
+    sealed_end_offsets: dict[str, int]
+
+
+class RoutingOut(BaseModel):
+    """The wire form of ``streamplane.core.routing.RoutingTable`` (``routing_to_json``)."""
+
+    stream: str
+    epoch: int
+    lanes: list[str]
+    segments: list[SegmentOut]
+
+    @classmethod
+    def of(cls, table: RoutingTable) -> RoutingOut:
+        return cls.model_validate(routing_to_json(table))
+
+
+# ---------------------------------------------------------------------- streams
+TopicConfigValue = Annotated[str, Field(max_length=1024)] | int | float | bool
+
+
+class StreamIn(_In):
+    name: StreamName
+    cluster: ClusterName
+    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=16)] = Field(
+        default_factory=lambda: list(DEFAULT_LANES),
+        description="Lanes in priority order (first = highest); the dlq lane is implicit.",
+    )
+    partitions: Partitions = 6
+    dlq_partitions: Partitions = 1
+    replication_factor: Annotated[int, Field(ge=1, le=MAX_REPLICATION_FACTOR)] = 1
+    config: Annotated[dict[str, TopicConfigValue], Field(max_length=64)] = Field(
+        default_factory=dict,
+        description="Topic configs for every topic of the stream (Kafka's dotted keys). "
+        "message.timestamp.type is always LogAppendTime; max.message.bytes comes from "
+        "max_record_bytes.",
+    )
+    max_record_bytes: Annotated[int, Field(ge=1, le=MAX_RECORD_BYTES)] = 1_048_576
+
+    def spec(self) -> StreamSpec:
+        return StreamSpec(
+            name=self.name,
+            cluster=self.cluster,
+            lanes=tuple(self.lanes),
+            partitions=self.partitions,
+            dlq_partitions=self.dlq_partitions,
+            replication_factor=self.replication_factor,
+            config={k: _config_str(v) for k, v in self.config.items()},
+            max_record_bytes=self.max_record_bytes,
+        )
+
+
+def _config_str(value: str | int | float | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class StreamOut(BaseModel):
+    name: str
+    lanes: list[str]
+    partitions: int
+    dlq_partitions: int
+    replication_factor: int
+    config: dict[str, str] = Field(description="The topic configs the stream was created with.")
+    topic_config: dict[str, str] = Field(description="The configs every topic of it gets.")
+    max_record_bytes: int
+    epoch: int
+    created_at: datetime
+    active_clusters: list[str] = Field(description="Clusters of the active segments.")
+
+    @classmethod
+    def of(cls, s: StreamRecord, active_clusters: list[str]) -> StreamOut:
+        return cls(
+            name=s.name,
+            lanes=list(s.lanes),
+            partitions=s.partitions,
+            dlq_partitions=s.dlq_partitions,
+            replication_factor=s.replication_factor,
+            config=dict(s.config),
+            topic_config=topic_config(s.config, s.max_record_bytes),
+            max_record_bytes=s.max_record_bytes,
+            epoch=s.epoch,
+            created_at=s.created_at,
+            active_clusters=active_clusters,
+        )
+
+
+class StreamDetail(StreamOut):
+    routing: RoutingOut
+
+    @classmethod
+    def of_table(cls, s: StreamRecord, table: RoutingTable) -> StreamDetail:
+        active = sorted({seg.cluster for seg in table.segments if seg.state == "active"})
+        base = StreamOut.of(s, active).model_dump()
+        base["epoch"] = table.epoch
+        return cls(**base, routing=RoutingOut.of(table))
+
+
+class FailoverIn(_In):
+    cluster: ClusterName = Field(description="Where the lanes' new active segments go.")
+    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=17)] | None = Field(
+        default=None, description="Lanes to move; default: every lane but the dlq."
+    )
+    partitions: Partitions | None = Field(
+        default=None, description="Partition count of the new segments (default: unchanged)."
+    )
+    reason: Annotated[str, Field(max_length=1000)] = ""
+
+
+class SegmentTransitionIn(_In):
+    cluster: ClusterName
+    topic: Annotated[str, Field(min_length=1, max_length=249)]
+    state: SegmentState
+    sealed_end_offsets: Annotated[
+        dict[str, Annotated[int, Field(ge=0)]], Field(max_length=10_000)
+    ] = Field(default_factory=dict, description="Per partition, the end offset (when sealing).")
+
+
+class AuditOut(BaseModel):
+    id: int
+    time: datetime
+    actor: str
+    action: str
+    stream: str | None
+    detail: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: AuditEntry) -> AuditOut:
+        return cls(
+            id=e.id or 0,
+            time=e.time,
+            actor=e.actor,
+            action=e.action,
+            stream=e.stream,
+            detail=dict(e.detail),
+        )

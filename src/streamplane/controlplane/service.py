@@ -1,0 +1,502 @@
+"""The control plane's domain operations: cluster registry, streams, routing, failover.
+
+Synchronous and framework-free: the HTTP layer (``app.py``) calls it from worker
+threads. Kafka is reached only through a ``TopicAdmin`` made by the ``admin_factory``
+given to the constructor (``KafkaAdmin`` by default; tests pass a stub), and routing
+changes are computed only by the pure functions of ``streamplane.core.routing``.
+
+Ordering rules that keep clients safe:
+
+- topics are created *before* the routing that names them is saved, so a client never
+  sees a segment whose topic does not exist; if creation fails nothing is saved and the
+  topics this call created are deleted again;
+- every routing change goes through ``Store.save_routing`` (compare-and-set on the
+  epoch) with its audit entry, and then the listeners (the watch hub) are told.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from streamplane.controlplane.store import (
+    AuditEntry,
+    ClusterRecord,
+    Store,
+    StreamRecord,
+    utcnow,
+)
+from streamplane.core.routing import (
+    DEFAULT_LANES,
+    RoutingTable,
+    SegmentState,
+    move_lanes,
+    new_routing_table,
+    transition,
+    validate_cluster_name,
+    validate_stream_name,
+)
+from streamplane.exceptions import ConfigError, Conflict, KafkaError, NotFound
+from streamplane.kafka.admin import KafkaAdmin
+
+log = logging.getLogger(__name__)
+
+# Record timestamps must be ingestion times: time lag is measured from them.
+TIMESTAMP_TYPE = "LogAppendTime"
+# max.message.bytes bounds a whole record batch; leave room for batch framing, keys and
+# headers (dlq provenance) above the stream's bound on one record.
+BATCH_HEADROOM_BYTES = 64 * 1024
+MANAGED_TOPIC_CONFIGS = ("message.timestamp.type", "max.message.bytes")
+
+MAX_PARTITIONS = 10_000
+MAX_REPLICATION_FACTOR = 32
+MAX_RECORD_BYTES = 1 << 30
+
+_TOPIC_CONFIG_KEY = re.compile(r"^[a-z][a-z0-9.]{0,127}$")
+_TAG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+_BOOTSTRAP_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,5})$")
+
+# Broker answers that mean the request was wrong (4xx), not that Kafka failed (5xx).
+_BAD_REQUEST_CODES = frozenset(
+    {
+        "INVALID_REPLICATION_FACTOR",
+        "INVALID_PARTITIONS",
+        "INVALID_CONFIG",
+        "POLICY_VIOLATION",
+        "INVALID_REQUEST",
+        "INVALID_TOPIC_EXCEPTION",
+        "INVALID_REPLICA_ASSIGNMENT",
+    }
+)
+_TOPIC_GONE_CODES = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"})
+
+
+class TopicAdmin(Protocol):
+    """The part of ``KafkaAdmin`` the control plane uses (one cluster)."""
+
+    def create_topics(
+        self,
+        topics: Iterable[tuple[str, int, int, Mapping[str, str]]],
+        timeout: float = ...,
+    ) -> dict[str, KafkaError | None]: ...
+
+    def delete_topics(
+        self, names: Iterable[str], timeout: float = ...
+    ) -> dict[str, KafkaError | None]: ...
+
+
+AdminFactory = Callable[[str], TopicAdmin]
+ChangeListener = Callable[[str, int | None], None]  # (stream, new epoch or None if deleted)
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """What ``create_stream`` is asked for (validated by ``validate``)."""
+
+    name: str
+    cluster: str
+    lanes: tuple[str, ...] = DEFAULT_LANES
+    partitions: int = 6
+    dlq_partitions: int = 1
+    replication_factor: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    max_record_bytes: int = 1_048_576
+
+    def validate(self) -> None:
+        validate_stream_name(self.name)
+        validate_cluster_name(self.cluster)
+        for what, value, high in (
+            ("partitions", self.partitions, MAX_PARTITIONS),
+            ("dlq_partitions", self.dlq_partitions, MAX_PARTITIONS),
+            ("replication_factor", self.replication_factor, MAX_REPLICATION_FACTOR),
+            ("max_record_bytes", self.max_record_bytes, MAX_RECORD_BYTES),
+        ):
+            if not 1 <= value <= high:
+                raise ConfigError(f"{what} must be between 1 and {high}, got {value}")
+        validate_topic_config(self.config)
+
+
+def validate_topic_config(config: Mapping[str, str]) -> None:
+    for key, value in config.items():
+        if not _TOPIC_CONFIG_KEY.match(key):
+            raise ConfigError(f"invalid topic config key {key!r}")
+        if key == "max.message.bytes":
+            raise ConfigError("do not set max.message.bytes: set max_record_bytes instead")
+        if key == "message.timestamp.type" and value != TIMESTAMP_TYPE:
+            raise ConfigError(
+                f"message.timestamp.type must be {TIMESTAMP_TYPE} (time lag relies on "
+                "ingestion timestamps)"
+            )
+        if len(value) > 1024 or any(ord(c) < 32 for c in value):
+            raise ConfigError(f"invalid value for topic config {key!r}")
+
+
+def topic_config(config: Mapping[str, str], max_record_bytes: int) -> dict[str, str]:
+    """The configs every topic of a stream gets: the user's plus the managed ones."""
+    return {
+        **config,
+        "message.timestamp.type": TIMESTAMP_TYPE,
+        "max.message.bytes": str(max_record_bytes + BATCH_HEADROOM_BYTES),
+    }
+
+
+def validate_bootstrap(bootstrap: str) -> str:
+    servers = [s.strip() for s in bootstrap.split(",")]
+    if not bootstrap.strip() or len(bootstrap) > 1024:
+        raise ConfigError("bootstrap must list host:port servers, separated by commas")
+    for server in servers:
+        m = _BOOTSTRAP_SERVER.match(server)
+        if m is None or not 1 <= int(m.group(2)) <= 65535:
+            raise ConfigError(f"invalid bootstrap server {server!r}: expected host:port")
+    return ",".join(servers)
+
+
+def validate_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    if len(tags) > 64:
+        raise ConfigError("at most 64 tags per cluster")
+    for key, value in tags.items():
+        if not _TAG_KEY.match(key):
+            raise ConfigError(
+                f"invalid tag key {key!r}: use 1-63 letters, digits, '.', '_', '/' and '-'"
+            )
+        if len(value) > 255 or any(ord(c) < 32 for c in value):
+            raise ConfigError(f"invalid value for tag {key!r}: at most 255 printable characters")
+    return dict(tags)
+
+
+def parse_tag_filter(items: Iterable[str]) -> dict[str, str]:
+    """``["env:prod", "zone:a"]`` -> ``{"env": "prod", "zone": "a"}`` (``key:value``)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition(":")
+        if not sep or not key:
+            raise ConfigError(f"invalid tag filter {item!r}: expected key:value")
+        out[key] = value
+    return out
+
+
+class ControlPlaneService:
+    """Registry, streams and routing over a ``Store``; Kafka through ``admin_factory``."""
+
+    def __init__(
+        self,
+        store: Store,
+        admin_factory: AdminFactory = KafkaAdmin,
+        *,
+        kafka_timeout: float = 15.0,
+    ) -> None:
+        self.store = store
+        self._admin_factory = admin_factory
+        self._kafka_timeout = kafka_timeout
+        self._admins: dict[str, TopicAdmin] = {}
+        self._listeners: list[ChangeListener] = []
+        self._guard = threading.Lock()
+        self._stream_locks: dict[str, threading.Lock] = {}
+
+    def close(self) -> None:
+        self.store.close()
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Called after every saved routing change (from the calling thread)."""
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ clusters
+    def register_cluster(
+        self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None, actor: str = "api"
+    ) -> ClusterRecord:
+        validate_cluster_name(name)
+        now = utcnow()
+        record = ClusterRecord(
+            name=name,
+            bootstrap=validate_bootstrap(bootstrap),
+            tags=validate_tags(tags or {}),
+            created_at=now,
+            updated_at=now,
+        )
+        detail = {"bootstrap": record.bootstrap, "tags": dict(record.tags)}
+        self.store.add_cluster(record, AuditEntry(actor, "cluster.register", None, detail))
+        return record
+
+    def update_cluster(
+        self,
+        name: str,
+        bootstrap: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        actor: str = "api",
+    ) -> ClusterRecord:
+        validate_cluster_name(name)
+        bootstrap = None if bootstrap is None else validate_bootstrap(bootstrap)
+        tags = None if tags is None else validate_tags(tags)
+        detail: dict[str, Any] = {"cluster": name}
+        if bootstrap is not None:
+            detail["bootstrap"] = bootstrap
+        if tags is not None:
+            detail["tags"] = dict(tags)
+        record = self.store.update_cluster(
+            name, AuditEntry(actor, "cluster.update", None, detail), bootstrap, tags
+        )
+        return record
+
+    def delete_cluster(self, name: str, actor: str = "api") -> None:
+        validate_cluster_name(name)
+        self.store.delete_cluster(
+            name, AuditEntry(actor, "cluster.delete", None, {"cluster": name})
+        )
+
+    def get_cluster(self, name: str) -> ClusterRecord:
+        validate_cluster_name(name)
+        return self.store.get_cluster(name)
+
+    def list_clusters(self, tags: Mapping[str, str] | None = None) -> list[ClusterRecord]:
+        """Clusters having every one of ``tags`` (all clusters when empty)."""
+        wanted = dict(tags or {})
+        return [
+            c
+            for c in self.store.list_clusters()
+            if all(c.tags.get(k) == v for k, v in wanted.items())
+        ]
+
+    # ------------------------------------------------------------------ streams
+    def create_stream(
+        self, spec: StreamSpec, actor: str = "api"
+    ) -> tuple[StreamRecord, RoutingTable]:
+        spec.validate()
+        table = new_routing_table(
+            spec.name, spec.lanes, spec.cluster, spec.partitions, spec.dlq_partitions
+        )
+        with self._stream_lock(spec.name):
+            try:
+                self.store.get_stream(spec.name)
+            except NotFound:
+                pass
+            else:
+                raise Conflict(f"stream {spec.name!r} already exists")
+            cluster = self.store.get_cluster(spec.cluster)
+            configs = topic_config(spec.config, spec.max_record_bytes)
+            wanted = [
+                (s.topic, s.partitions, spec.replication_factor, configs) for s in table.segments
+            ]
+            self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
+            record = StreamRecord(
+                name=spec.name,
+                lanes=table.lanes,
+                partitions=spec.partitions,
+                dlq_partitions=spec.dlq_partitions,
+                replication_factor=spec.replication_factor,
+                config=dict(spec.config),
+                max_record_bytes=spec.max_record_bytes,
+                epoch=table.epoch,
+                created_at=utcnow(),
+            )
+            detail = {
+                "cluster": cluster.name,
+                "lanes": list(table.lanes),
+                "topics": [t[0] for t in wanted],
+            }
+            try:
+                self.store.add_stream(
+                    record, table, AuditEntry(actor, "stream.create", spec.name, detail)
+                )
+            except BaseException:
+                self._delete_quietly(cluster, [t[0] for t in wanted])
+                raise
+        self._notify(spec.name, table.epoch)
+        return record, table
+
+    def delete_stream(self, name: str, delete_topics: bool = True, actor: str = "api") -> None:
+        validate_stream_name(name)
+        with self._stream_lock(name):
+            table = self.store.routing(name)
+            deleted: list[str] = []
+            if delete_topics:
+                for cluster_name, topics in _topics_by_cluster(table).items():
+                    try:
+                        cluster = self.store.get_cluster(cluster_name)
+                    except NotFound:
+                        continue  # only retired segments can outlive their cluster
+                    results = self._admin(cluster.bootstrap).delete_topics(
+                        topics, timeout=self._kafka_timeout
+                    )
+                    errors = [e for e in results.values() if e and e.code not in _TOPIC_GONE_CODES]
+                    if errors:
+                        raise KafkaError(
+                            f"stream {name!r} not deleted: cluster {cluster_name}: {errors[0]} "
+                            "(retry, or keep the topics with delete_topics=false)",
+                            code=errors[0].code,
+                            retriable=errors[0].retriable,
+                        )
+                    deleted.extend(topics)
+            detail = {"epoch": table.epoch, "deleted_topics": deleted}
+            self.store.delete_stream(name, AuditEntry(actor, "stream.delete", name, detail))
+        self._notify(name, None)
+
+    def get_stream(self, name: str) -> tuple[StreamRecord, RoutingTable]:
+        validate_stream_name(name)
+        return self.store.stream_with_routing(name)
+
+    def list_streams(self) -> list[tuple[StreamRecord, list[str]]]:
+        """Every stream with the clusters of its active segments."""
+        active = self.store.active_clusters()
+        return [(s, active.get(s.name, [])) for s in self.store.list_streams()]
+
+    def routing(self, name: str) -> RoutingTable:
+        validate_stream_name(name)
+        return self.store.routing(name)
+
+    # ------------------------------------------------------------------ routing changes
+    def failover(
+        self,
+        name: str,
+        cluster: str,
+        lanes: Sequence[str] | None = None,
+        partitions: int | None = None,
+        reason: str = "",
+        actor: str = "api",
+    ) -> RoutingTable:
+        """Move ``lanes`` (default: every lane but the dlq) to new topics on ``cluster``.
+
+        The new topics are created first; then, in one epoch, they become the lanes'
+        active segments and the old ones start draining.
+        """
+        validate_stream_name(name)
+        validate_cluster_name(cluster)
+        if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+            raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}")
+        with self._stream_lock(name):
+            stream, table = self.store.stream_with_routing(name)
+            target = self.store.get_cluster(cluster)
+            moving = list(table.lanes) if lanes is None else list(lanes)
+            if len(set(moving)) != len(moving):
+                raise ConfigError("a lane is listed twice")
+            new = move_lanes(table, moving, cluster, partitions)
+            configs = topic_config(stream.config, stream.max_record_bytes)
+            wanted = [
+                (s.topic, s.partitions, stream.replication_factor, configs)
+                for s in new.segments
+                if s.epoch == new.epoch
+            ]
+            self._create_topics(target, wanted, f"stream {name!r} not moved")
+            detail = {
+                "from_epoch": table.epoch,
+                "to_epoch": new.epoch,
+                "cluster": cluster,
+                "lanes": moving,
+                "partitions": partitions,
+                "reason": reason,
+                "topics": [t[0] for t in wanted],
+                "draining": [
+                    {"cluster": s.cluster, "topic": s.topic}
+                    for s in table.segments
+                    if s.lane in moving and s.state is SegmentState.ACTIVE
+                ],
+            }
+            try:
+                self.store.save_routing(
+                    new, table.epoch, AuditEntry(actor, "stream.failover", name, detail)
+                )
+            except BaseException:
+                self._delete_quietly(target, [t[0] for t in wanted])
+                raise
+        self._notify(name, new.epoch)
+        return new
+
+    def transition_segment(
+        self,
+        name: str,
+        cluster: str,
+        topic: str,
+        to: SegmentState,
+        sealed_end_offsets: Mapping[int, int] | None = None,
+        actor: str = "api",
+    ) -> RoutingTable:
+        """Move one segment forward in its life cycle (draining -> sealed -> retired)."""
+        validate_stream_name(name)
+        with self._stream_lock(name):
+            table = self.store.routing(name)
+            new = transition(table, topic, cluster, to, sealed_end_offsets)
+            detail = {
+                "from_epoch": table.epoch,
+                "to_epoch": new.epoch,
+                "cluster": cluster,
+                "topic": topic,
+                "state": to.value,
+            }
+            self.store.save_routing(
+                new, table.epoch, AuditEntry(actor, "segment.transition", name, detail)
+            )
+        self._notify(name, new.epoch)
+        return new
+
+    def audit(self, stream: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        return self.store.audit(stream, limit)
+
+    # ------------------------------------------------------------------ helpers
+    @contextmanager
+    def _stream_lock(self, name: str) -> Iterator[None]:
+        # Serialises changes to one stream in this replica; the store's epoch
+        # compare-and-set covers other replicas.
+        with self._guard:
+            lock = self._stream_locks.setdefault(name, threading.Lock())
+        with lock:
+            yield
+
+    def _admin(self, bootstrap: str) -> TopicAdmin:
+        with self._guard:
+            admin = self._admins.get(bootstrap)
+            if admin is None:
+                admin = self._admins[bootstrap] = self._admin_factory(bootstrap)
+            return admin
+
+    def _create_topics(
+        self,
+        cluster: ClusterRecord,
+        topics: Sequence[tuple[str, int, int, Mapping[str, str]]],
+        what: str,
+    ) -> None:
+        """Create all of ``topics`` or none: on a failure, delete those just created."""
+        admin = self._admin(cluster.bootstrap)
+        results = admin.create_topics(topics, timeout=self._kafka_timeout)
+        failed = {t: e for t, e in results.items() if e is not None}
+        if not failed:
+            return
+        self._delete_quietly(cluster, [t for t, e in results.items() if e is None])
+        topic, err = sorted(failed.items())[0]
+        message = f"{what}: cluster {cluster.name} refused topic {topic}: {err}"
+        if err.code == "TOPIC_ALREADY_EXISTS":
+            raise Conflict(f"{what}: topic {topic} already exists on cluster {cluster.name}")
+        if err.code in _BAD_REQUEST_CODES:
+            raise ConfigError(message)
+        raise KafkaError(message, code=err.code, retriable=err.retriable, fatal=err.fatal)
+
+    def _delete_quietly(self, cluster: ClusterRecord, topics: list[str]) -> None:
+        if not topics:
+            return
+        try:
+            results = self._admin(cluster.bootstrap).delete_topics(
+                topics, timeout=self._kafka_timeout
+            )
+        except Exception:
+            log.exception("cleaning up topics %s on %s failed", topics, cluster.name)
+            return
+        for topic, err in results.items():
+            if err is not None:
+                log.warning("could not delete topic %s on %s: %s", topic, cluster.name, err)
+
+    def _notify(self, stream: str, epoch: int | None) -> None:
+        for listener in self._listeners:
+            try:
+                listener(stream, epoch)
+            except Exception:
+                log.exception("routing change listener failed")
+
+
+def _topics_by_cluster(table: RoutingTable) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in table.segments:
+        out.setdefault(s.cluster, []).append(s.topic)
+    return out
