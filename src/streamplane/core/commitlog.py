@@ -21,13 +21,20 @@ Wire format (version 1; the full byte layout is in ``docs/commit-log.md``)::
                            uvarint dropped retries
                section settled, section rejected   (both relative to low_watermark + 1)
                uvarint n, n x (uvarint offset delta, uvarint attempts - 1)    retries
-    section  = u8 kind: 0 empty | 1 runs: uvarint n, n x (uvarint gap, uvarint length - 1)
-               | 2 bitset: uvarint span, ceil(span / 8) bytes, LSB first
+    section  = u8 kind, then by kind (ranges as (gap, length) pairs, gap counted from
+               the lowest start the range could have, length minus one):
+               0 empty
+               1 runs:   uvarint n, n x (uvarint gap, uvarint length - 1)
+               2 bitset: uvarint span, ceil(span / 8) bytes, bit i (LSB first) = offset
+                         low_watermark + 1 + i
+               3 packed: uvarint n, u8 k_gap, u8 k_length, uvarint size, size bytes of
+                         n x (gap, length - 1) as Exp-Golomb codes of order k, MSB first
 
 The header is 15 bytes, a multiple of 3, so its base64 is exactly the first 20
 characters after the prefix: ``peek_header`` reads both timestamps from those without
-touching the body. Per section the encoder keeps whichever of runs and bitset is
-smaller, and the body is zstd-compressed only when that is smaller.
+touching the body. Per section the encoder keeps the smallest of runs, bitset and
+packed runs (Exp-Golomb bit codes, for ranges too irregular for a bitset); the whole body
+is zstd-compressed only when that is smaller.
 
 Overflow policy (``offset.metadata.max.bytes``, 4096 by default). The codec never drops
 state silently and never stalls:

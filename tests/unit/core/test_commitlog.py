@@ -534,6 +534,11 @@ def _zstd(body: bytes) -> bytes:
         "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x01\x05\x00\x00\x00\x00")),
         "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x02\x09\xff\x00\x00\x00")),  # bits
         "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x00\x01\x00\x00\x00")),  # rejected
+        # packed ranges: no code at all, stray bits after the codes, k out of range
+        "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x03\x01\x00\x00\x01\x00\x00\x00")),
+        "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x03\x01\x00\x00\x01\xff\x00\x00")),
+        "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x03\x01\x40\x00\x01\xc0\x00\x00")),
+        "sp1:" + _b64(_frame_with_check(bytes(13), b"\x00\x03\x05\x00\x00\x01\xff\x00\x00")),
         "sp1:" + _b64(_frame_with_check(b"\x01" + bytes(12), b"\x28\xb5garbage")),  # zstd
         # a decompression bomb: 2 MiB of zeros in a few bytes
         "sp1:" + _b64(_frame_with_check(b"\x01" + bytes(12), _zstd(bytes(2 << 20)))),
@@ -640,3 +645,23 @@ def test_golden_vector(path: Path) -> None:
     assert decoded.dropped_settled == expected["dropped_settled"]
     assert decoded.dropped_retries == expected["dropped_retries"]
     assert peek_low_watermark_timestamp(expected["metadata"]) == p.low_watermark_timestamp_ms
+
+
+@pytest.mark.parametrize(
+    ("body", "settled"),
+    [
+        # varint runs: one range, gap 2 from low_watermark + 1, length 3 + 1
+        (b"\x05\x01\x01\x02\x03\x00\x00", [(8, 12)]),
+        # bitset of span 5: bits 0, 1 and 4 -> offsets 6, 7, 10
+        (b"\x05\x02\x05\x13\x00\x00", [(6, 8), (10, 11)]),
+        # packed, k = 0 for both: '1' (gap 0) '1' (length 1), zero padding
+        (b"\x00\x03\x01\x00\x00\x01\xc0\x00\x00", [(1, 2)]),
+        # packed, k_gap 0, k_length 2: gap '011' = 2, length '101' = 1 + 1
+        (b"\x00\x03\x01\x00\x02\x01\x74\x00\x00", [(3, 5)]),
+    ],
+    ids=["runs", "bitset", "packed-k0", "packed-k2"],
+)
+def test_hand_made_sections(body: bytes, settled: list[tuple[int, int]]) -> None:
+    decoded = decode("sp1:" + _b64(_frame_with_check(bytes(13), body)))
+    assert decoded.progress is not None
+    assert list(decoded.progress.settled.ranges()) == settled
