@@ -1,0 +1,278 @@
+"""``ControlPlaneClient``: the synchronous HTTP client of the control plane.
+
+One ``httpx.Client`` (one connection pool) per instance; safe to share between
+threads, so a producer can long-poll the routing in one thread while others read.
+
+Errors, always one line:
+
+- connection refused, DNS failure, timeout, dropped connection -> ``ControlPlaneUnavailable``
+  (naming the URL), so callers can keep their cached routing (fail-static);
+- 404 -> ``NotFound``; 401/403 -> ``Unauthorized``; 409 -> ``Conflict``;
+- any other 4xx/5xx -> ``ControlPlaneError`` with ``status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+
+from streamplane import __version__
+from streamplane.core.routing import DEFAULT_LANES, RoutingTable, routing_from_json
+from streamplane.exceptions import (
+    ConfigError,
+    Conflict,
+    ControlPlaneError,
+    ControlPlaneUnavailable,
+    NotFound,
+    Unauthorized,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8470"
+# Calls that create or delete topics wait for Kafka; give them more than a plain read.
+KAFKA_CALL_TIMEOUT = 60.0
+# A long poll may take its whole timeout; the HTTP read waits that much longer.
+WATCH_SLACK = 10.0
+
+
+class ControlPlaneClient:
+    """A client of the control plane at ``url``; ``token`` is needed for mutations."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0) -> None:
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise ConfigError(f"invalid control-plane URL {url!r}: {exc}") from exc
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ConfigError(f"invalid control-plane URL {url!r}: expected http(s)://host:port")
+        if timeout <= 0:
+            raise ConfigError("the control-plane timeout must be positive")
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        headers = {"User-Agent": f"streamplane/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    # ------------------------------------------------------------------ life cycle
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ControlPlaneClient({self.url!r})"
+
+    # ------------------------------------------------------------------ health
+    def health(self) -> dict[str, Any]:
+        return self._json("GET", "/healthz")  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ clusters
+    def list_clusters(self, tags: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """Registered clusters having all of ``tags``."""
+        params = [("tag", f"{k}:{v}") for k, v in (tags or {}).items()]
+        return self._json("GET", "/v1/clusters", params=params)  # type: ignore[no-any-return]
+
+    def register_cluster(
+        self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        body = {"name": name, "bootstrap": bootstrap, "tags": dict(tags or {})}
+        return self._json("POST", "/v1/clusters", json=body)  # type: ignore[no-any-return]
+
+    def update_cluster(
+        self, name: str, bootstrap: str | None = None, tags: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Change the bootstrap and/or replace the tags (``None`` leaves them as they are)."""
+        body: dict[str, Any] = {}
+        if bootstrap is not None:
+            body["bootstrap"] = bootstrap
+        if tags is not None:
+            body["tags"] = dict(tags)
+        return self._json("PATCH", f"/v1/clusters/{_seg(name)}", json=body)  # type: ignore[no-any-return]
+
+    def delete_cluster(self, name: str) -> None:
+        self._json("DELETE", f"/v1/clusters/{_seg(name)}")
+
+    def get_cluster(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/clusters/{_seg(name)}")  # type: ignore[no-any-return]
+
+    def cluster_bootstrap(self, name: str) -> str:
+        return str(self.get_cluster(name)["bootstrap"])
+
+    # ------------------------------------------------------------------ streams
+    def create_stream(
+        self,
+        name: str,
+        cluster: str,
+        lanes: Sequence[str] = DEFAULT_LANES,
+        partitions: int = 6,
+        dlq_partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, str] | None = None,
+        max_record_bytes: int = 1048576,
+    ) -> RoutingTable:
+        """Create the stream and its topics (every lane and the dlq) on ``cluster``."""
+        body = {
+            "name": name,
+            "cluster": cluster,
+            "lanes": list(lanes),
+            "partitions": partitions,
+            "dlq_partitions": dlq_partitions,
+            "replication_factor": replication_factor,
+            "config": dict(config or {}),
+            "max_record_bytes": max_record_bytes,
+        }
+        doc = self._json("POST", "/v1/streams", json=body, timeout=KAFKA_CALL_TIMEOUT)
+        return self._routing(doc["routing"])
+
+    def list_streams(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/streams")  # type: ignore[no-any-return]
+
+    def describe_stream(self, name: str) -> dict[str, Any]:
+        """The stream's settings (``max_record_bytes``, ``lanes``, ...) and its ``routing``."""
+        return self._json("GET", f"/v1/streams/{_seg(name)}")  # type: ignore[no-any-return]
+
+    def delete_stream(self, name: str, delete_topics: bool = True) -> None:
+        params = {"delete_topics": "true" if delete_topics else "false"}
+        self._json("DELETE", f"/v1/streams/{_seg(name)}", params=params, timeout=KAFKA_CALL_TIMEOUT)
+
+    # ------------------------------------------------------------------ routing
+    def routing(self, stream: str) -> RoutingTable:
+        return self._routing(self._json("GET", f"/v1/streams/{_seg(stream)}/routing"))
+
+    def watch_routing(self, stream: str, after_epoch: int, timeout: float = 25.0) -> RoutingTable:
+        """Long poll: the table once its epoch is above ``after_epoch``, or after ``timeout``
+        seconds the current table (whose epoch may still equal ``after_epoch``)."""
+        doc = self._json(
+            "GET",
+            f"/v1/streams/{_seg(stream)}/routing",
+            params={"after_epoch": after_epoch, "timeout": timeout},
+            timeout=max(self.timeout, timeout + WATCH_SLACK),
+        )
+        return self._routing(doc)
+
+    def failover(
+        self,
+        stream: str,
+        cluster: str,
+        lanes: Sequence[str] | None = None,
+        partitions: int | None = None,
+        reason: str = "",
+    ) -> RoutingTable:
+        """Move ``lanes`` (default: all but the dlq) to new topics on ``cluster``."""
+        body: dict[str, Any] = {"cluster": cluster, "reason": reason}
+        if lanes is not None:
+            body["lanes"] = list(lanes)
+        if partitions is not None:
+            body["partitions"] = partitions
+        doc = self._json(
+            "POST", f"/v1/streams/{_seg(stream)}/failover", json=body, timeout=KAFKA_CALL_TIMEOUT
+        )
+        return self._routing(doc)
+
+    def transition_segment(
+        self,
+        stream: str,
+        cluster: str,
+        topic: str,
+        state: str,
+        sealed_end_offsets: Mapping[int, int] | None = None,
+    ) -> RoutingTable:
+        """Move one segment forward: draining -> sealed -> retired (or lost)."""
+        body = {
+            "cluster": cluster,
+            "topic": topic,
+            "state": state,
+            "sealed_end_offsets": {str(p): o for p, o in (sealed_end_offsets or {}).items()},
+        }
+        path = f"/v1/streams/{_seg(stream)}/segments/transition"
+        return self._routing(self._json("POST", path, json=body))
+
+    def audit(self, stream: str | None = None) -> list[dict[str, Any]]:
+        """Audit entries, newest first."""
+        params = {"stream": stream} if stream is not None else {}
+        return self._json("GET", "/v1/audit", params=params)  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ plumbing
+    def _routing(self, doc: Any) -> RoutingTable:
+        try:
+            return routing_from_json(doc)
+        except (ConfigError, AttributeError) as exc:
+            raise ControlPlaneError(f"control plane at {self.url} sent {exc}") from exc
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        try:
+            resp = self._http.request(
+                method,
+                path,
+                params=params,
+                json=json,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TimeoutException as exc:
+            raise ControlPlaneUnavailable(
+                f"control plane at {self.url} did not answer in time ({type(exc).__name__})"
+            ) from exc
+        except httpx.TransportError as exc:
+            reason = _one_line(str(exc)) or type(exc).__name__
+            raise ControlPlaneUnavailable(
+                f"control plane at {self.url} is unreachable: {reason}"
+            ) from exc
+        if resp.status_code == 204:
+            return None
+        if resp.status_code >= 400:
+            raise _error(resp)
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ControlPlaneError(
+                f"control plane at {self.url} sent a response that is not JSON",
+                status=resp.status_code,
+            ) from exc
+
+
+def _seg(name: str) -> str:
+    """A path segment: names are validated server-side, but never let one change the path."""
+    return quote(name, safe="")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _error(resp: httpx.Response) -> ControlPlaneError:
+    detail = ""
+    try:
+        doc = resp.json()
+        if isinstance(doc, dict):
+            detail = str(doc.get("detail", ""))
+    except ValueError:
+        pass
+    status = resp.status_code
+    detail = _one_line(detail or resp.reason_phrase or "error")
+    if status == 404:
+        return NotFound(detail, status=status)
+    if status in (401, 403):
+        return Unauthorized(detail, status=status)
+    if status == 409:
+        return Conflict(detail, status=status)
+    if status < 500:
+        return ControlPlaneError(detail, status=status)
+    return ControlPlaneError(f"control plane error {status}: {detail}", status=status)
