@@ -51,11 +51,13 @@ Runs when membership or the set of units changes, when units become free, and on
 heartbeat at most every ``rebalance_interval_s`` (load-driven; load figures are noisy and
 acting on every heartbeat would make units flap).
 
-- Weights. A unit weighs its measured throughput (records/s), as reported by its holder
-  (else by any member that reports it); units without a measurement weigh the median of
-  the measured ones, or 1 when nothing is measured. Every weight is at least 1% of that
-  default: idle partitions still cost a fetch session, and zero weights would let every
-  idle unit pile up on one member. Backlog is carried in the load but not weighted.
+- Weights. A unit weighs its measured throughput (records/s), as reported by its holder,
+  else by any member that reports it, else as remembered from the last balancing pass
+  (``GroupState.unit_weights``: a unit keeps its weight while it changes hands). Units
+  never measured weigh the median of the measured ones, or 1 when nothing is measured.
+  Every weight is at least 1% of the median busy unit: idle partitions still cost a
+  fetch session, and zero weights would let every idle unit pile up on one member.
+  Backlog is carried in the load but not weighted.
 - Capacity. A member's capacity is the throughput it could sustain at full CPU. When it
   reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
   and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
@@ -68,13 +70,17 @@ acting on every heartbeat would make units flap).
   weight ``W``. Its ratio is load / target.
 - Free units are placed heaviest first on the member with the lowest ratio after the
   placement (longest-processing-time first, uniform machines).
-- Moves happen only while some member is outside ``1 +- imbalance_tolerance``
-  (stickiness). Each move takes one unit from the most loaded member to the least
-  loaded one, best fit (the heaviest unit that brings neither past its target;
-  otherwise the lightest one, if it still helps), preferring units that are already
-  moving (retargeting a pending release costs nothing). Every move strictly lowers
-  ``sum(load_m ** 2 / target_m)``, so balancing always ends, and with unchanged loads a
-  second pass moves nothing.
+- Moves happen only when some member is outside ``1 +- imbalance_tolerance``
+  (stickiness: otherwise nothing moves). Then, first, *repair*: while some member is
+  outside the band, move one unit from the most loaded member to the least loaded one,
+  best fit (the heaviest unit that takes neither past its target; failing that the
+  lightest, if it still helps), preferring units that are already moving (retargeting
+  a pending release costs nothing). Then *finish*: move a unit from a member above its
+  target to the one furthest below while both are off by more than half of it and
+  neither leaves the band (rounding to the nearest unit), so a group that had to act
+  ends at its targets (a second member gets half, not 45%). Repeat both until neither
+  moves. Every move of either phase strictly lowers ``sum(load_m ** 2 / target_m)``,
+  so balancing always ends, and a second pass with unchanged loads moves nothing.
 - Deterministic: same state and input, same result. Ties between members are broken by
   a hash of ``(seed, member_id)``, ties between units by their sort order; nothing
   depends on set or dict iteration order.
@@ -249,6 +255,8 @@ class GroupState:
     # operation has anything to expire (keeps the steady-state heartbeat O(1)).
     next_deadline: float = math.inf
     next_balance_at: float = -math.inf  # when a heartbeat may next balance on load
+    # Throughput (records/s) of each measured unit as of the last balancing pass.
+    unit_weights: Mapping[WorkUnit, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +344,7 @@ def heartbeat(
             state.generation,
             state.next_deadline,
             state.next_balance_at,
+            state.unit_weights,
         )
         return new_state, MemberAssignment(
             member.active, member.releasing, member.lease_expiry, state.generation
@@ -471,22 +480,26 @@ class _Draft:
         self.generation = state.generation
         self.next_deadline = state.next_deadline
         self.next_balance_at = state.next_balance_at
+        self.unit_weights = state.unit_weights
+        self._before = state.members
         # Mutable copies of the unit sets of the members this operation touches.
         self._held: dict[str, set[WorkUnit]] = {}
         self._releasing: dict[str, set[WorkUnit]] = {}
-        self.changed = False  # some member's active units changed: bump the generation
+        self._touched: set[str] = set()  # members whose units may have changed
         self.replan = False  # membership or routing changed, or units became free
 
     def held(self, member_id: str) -> set[WorkUnit]:
         units = self._held.get(member_id)
         if units is None:
             units = self._held[member_id] = set(self.members[member_id].units)
+            self._touched.add(member_id)
         return units
 
     def releasing(self, member_id: str) -> set[WorkUnit]:
         units = self._releasing.get(member_id)
         if units is None:
             units = self._releasing[member_id] = set(self.members[member_id].releasing)
+            self._touched.add(member_id)
         return units
 
     # -- elementary transitions ------------------------------------------------------
@@ -495,14 +508,12 @@ class _Draft:
         """A free unit gets a holder (nobody else can be processing it)."""
         self.owners[unit] = member_id
         self.held(member_id).add(unit)
-        self.changed = True
 
     def revoke(self, unit: WorkUnit, target: str | None) -> None:
         holder = self.owners[unit]
         # The holder's last response listing the unit granted at most this lease.
         self.pending[unit] = PendingRelease(holder, target, self.members[holder].lease_expiry)
         self.releasing(holder).add(unit)
-        self.changed = True
 
     def retarget(self, unit: WorkUnit, target: str | None) -> None:
         pending = self.pending[unit]
@@ -512,7 +523,6 @@ class _Draft:
         """The holder keeps a unit it was asked to release."""
         pending = self.pending.pop(unit)
         self.releasing(pending.holder).discard(unit)
-        self.changed = True
 
     def hand_over(self, unit: WorkUnit) -> None:
         """The holder of a pending unit has let go: the unit goes to its target."""
@@ -534,14 +544,11 @@ class _Draft:
             return
         del self.owners[unit]
         self.held(member_id).discard(unit)
-        self.changed = True
         self.replan = True
 
     def remove_member(self, member_id: str) -> None:
         """The member is gone (left, or its lease expired): its units move on."""
         held = self.held(member_id)
-        if held - self.releasing(member_id):
-            self.changed = True
         for unit in sorted(held, key=_unit_key):
             if unit in self.pending:
                 self.hand_over(unit)
@@ -596,7 +603,9 @@ class _Draft:
         self.replan = False
         if now is not None:
             self.next_balance_at = now + self.config.rebalance_interval_s
-        moves = _Planner(self).run()
+        planner = _Planner(self)
+        moves = planner.run()
+        self.unit_weights = MappingProxyType(planner.measured)
         for unit, target in moves.items():
             pending = self.pending.get(unit)
             if pending is not None:
@@ -616,6 +625,16 @@ class _Draft:
         ]
         for unit in stay:
             self.cancel(unit)
+
+    def _active_changed(self) -> bool:
+        """Whether the units some member may process changed (after the rebuild)."""
+        nothing: frozenset[WorkUnit] = frozenset()
+        for member_id in self._touched:
+            before = self._before.get(member_id)
+            after = self.members.get(member_id)
+            if (before.active if before else nothing) != (after.active if after else nothing):
+                return True
+        return False
 
     def freeze(self) -> GroupState:
         members = self.members
@@ -643,9 +662,10 @@ class _Draft:
             MappingProxyType(members),
             MappingProxyType(self.owners),
             MappingProxyType(self.pending),
-            self.generation + (1 if self.changed else 0),
+            self.generation + (1 if self._active_changed() else 0),
             next_deadline,
             self.next_balance_at,
+            self.unit_weights,
         )
 
 
@@ -689,16 +709,20 @@ class _Planner:
         total_capacity = math.fsum(capacity)
         self.target = [total_weight * c / total_capacity for c in capacity]
         self.load = [0.0] * len(self.ids)
-        # Filled by _balance: per member, its units as (weight, unit index) ascending.
-        self.cheap: list[list[tuple[float, int]]] = []
-        self.rest: list[list[tuple[float, int]]] = []
+        # Filled by _balance: per member, its units as (weight, unit index) ascending;
+        # the "cheap" ones are already moving (or new), the others would start a release.
+        self.cheap: list[list[tuple[float, int]]] = [[] for _ in self.ids]
+        self.rest: list[list[tuple[float, int]]] = [[] for _ in self.ids]
         for k in range(n):
             if self.where[k] >= 0:
                 self.load[self.where[k]] += self.weights[k]
 
     def _weights(self, draft: _Draft) -> list[float]:
+        """Each unit's weight; also records the measurements in ``self.measured``."""
         rank = {u: k for k, u in enumerate(self.units)}
-        measured: dict[int, float] = {}
+        # The last pass's figures, then any member's report, then the holder's report.
+        measured = {rank[u]: t for u, t in draft.unit_weights.items() if u in rank}
+        fresh: set[int] = set()
         by_holder: set[int] = set()
         for member_id in sorted(draft.members):
             for unit, unit_load in draft.members[member_id].load.units.items():
@@ -706,14 +730,16 @@ class _Planner:
                 if k is None or k in by_holder:
                     continue
                 if draft.owners.get(unit) == member_id:
-                    measured[k] = unit_load.throughput
                     by_holder.add(k)
-                elif k not in measured:
-                    measured[k] = unit_load.throughput
-        default = median(measured.values()) if measured else 1.0
-        if default <= 0:
-            default = 1.0
-        floor = default * _WEIGHT_FLOOR
+                elif k in fresh:
+                    continue
+                measured[k] = unit_load.throughput
+                fresh.add(k)
+        self.measured = {self.units[k]: t for k, t in measured.items()}
+        positive = [t for t in measured.values() if t > 0]
+        # Zero-throughput units weigh a small fraction of a typical busy one.
+        floor = (median(positive) if positive else 1.0) * _WEIGHT_FLOOR
+        default = max(median(measured.values()) if measured else 1.0, floor)
         return [max(measured.get(k, default), floor) for k in range(len(self.units))]
 
     def _capacities(self, draft: _Draft) -> list[float]:
@@ -768,25 +794,29 @@ class _Planner:
             heapq.heappush(heap, ((load[m] + reference) / target[m], m))
 
     def _balance(self) -> None:
-        members = range(len(self.ids))
         load, target = self.load, self.target
         low = 1.0 - self.tolerance - _EPS
         high = 1.0 + self.tolerance + _EPS
-
-        def ratio(m: int) -> float:
-            return load[m] / target[m]
-
-        if all(low <= ratio(m) <= high for m in members):
+        if all(low <= load[m] / target[m] <= high for m in range(len(self.ids))):
             return
-        # Per member, the units it would carry, as (weight, unit index) ascending: the
-        # "cheap" ones are already moving (or new), the others would start a release.
-        self.cheap = [[] for _ in members]
-        self.rest = [[] for _ in members]
         for k, m in enumerate(self.where):
             self._bucket(k, m).append((self.weights[k], k))
         for lists in (self.cheap, self.rest):
             for units in lists:
                 units.sort()
+        # Until neither phase moves, so that a second pass over the result moves nothing.
+        for _ in range(len(self.units) + 1):  # a safety net; every move lowers the cost
+            self._repair(low, high)
+            if not self._finish(low, high):
+                return
+
+    def _repair(self, low: float, high: float) -> None:
+        """Move units while some member is outside the tolerance band."""
+        members = range(len(self.ids))
+        load, target = self.load, self.target
+
+        def ratio(m: int) -> float:
+            return load[m] / target[m]
 
         budget = 4 * (len(self.units) + len(self.ids))  # a safety net; never reached
         stuck_donors: set[int] = set()
@@ -820,6 +850,40 @@ class _Planner:
             stuck_donors.clear()
             stuck_receivers.clear()
 
+    def _finish(self, low: float, high: float) -> bool:
+        """Bring members nearer their targets, rounding to the nearest unit.
+
+        A unit moves from a member above its target to the one furthest below when both
+        are off by more than half of it, and neither leaves the band; so each move also
+        lowers the repair cost. Returns whether anything moved.
+        """
+        members = range(len(self.ids))
+        load, target = self.load, self.target
+        moved = False
+        for _ in range(len(self.units) + len(self.ids)):  # a safety net
+            receiver = max(members, key=lambda m: (target[m] - load[m], -m))
+            deficit = target[receiver] - load[receiver]
+            if deficit <= _EPS * target[receiver]:
+                break
+            donors = [m for m in members if load[m] - target[m] > _EPS * target[m]]
+            donors.sort(key=lambda m: (target[m] - load[m], m))
+            for donor in donors:
+                excess = load[donor] - target[donor]
+                fit = min(excess, deficit)
+                limit = min(
+                    2.0 * fit * (1.0 - _EPS),
+                    high * target[receiver] - load[receiver],
+                    load[donor] - low * target[donor],
+                )
+                if self._shift(donor, receiver, min(fit * (1.0 + _EPS), limit)):
+                    break
+                if self._lightest(donor, receiver, limit):
+                    break
+            else:
+                break
+            moved = True
+        return moved
+
     def _bucket(self, k: int, m: int) -> list[tuple[float, int]]:
         at_rest = self.holder[k] == m and not self.was_pending[k]
         return self.rest[m] if at_rest else self.cheap[m]
@@ -828,7 +892,7 @@ class _Planner:
         """Move the best-fitting unit from ``src`` to ``dst`` if that lowers the cost."""
         load, target = self.load, self.target
         # Moving x from src to dst equalises their ratios; any w < 2x lowers
-        # sum(load^2 / target), the quantity every move must decrease.
+        # sum(load^2 / target), the quantity every repair move must decrease.
         gap = load[src] / target[src] - load[dst] / target[dst]
         equalising = gap / (1.0 / target[src] + 1.0 / target[dst])
         if equalising <= _EPS * (1.0 + target[src]):
@@ -836,26 +900,34 @@ class _Planner:
         excess = load[src] - target[src]
         deficit = target[dst] - load[dst]
         ideal = min(excess, deficit) if excess > 0 and deficit > 0 else equalising
-        ideal = ideal * (1.0 + _EPS) + _EPS
-        chosen: list[tuple[float, int]] | None = None
-        position = -1
+        if self._shift(src, dst, ideal * (1.0 + _EPS)):
+            return True
+        # Every unit is heavier than the ideal: the lightest one, if it still helps.
+        return self._lightest(src, dst, 2.0 * equalising * (1.0 - _EPS))
+
+    def _shift(self, src: int, dst: int, amount: float) -> bool:
+        """Move the heaviest unit of ``src`` weighing at most ``amount`` (moving ones first)."""
         for units in (self.cheap[src], self.rest[src]):
-            position = bisect_right(units, (ideal, len(self.units))) - 1
+            position = bisect_right(units, (amount, len(self.units))) - 1
             if position >= 0:
-                chosen = units
-                break
-        if chosen is None:
-            # Everything is heavier than the ideal: the lightest unit, if it still helps.
-            candidates = [units for units in (self.cheap[src], self.rest[src]) if units]
-            if not candidates:
-                return False
-            chosen = min(candidates, key=lambda units: units[0][0])
-            position = 0
-            if chosen[0][0] >= 2.0 * equalising * (1.0 - _EPS):
-                return False
-        w, k = chosen.pop(position)
-        self.where[k] = dst
-        load[src] -= w
-        load[dst] += w
-        insort(self._bucket(k, dst), (w, k))
+                self._transfer(units, position, dst)
+                return True
+        return False
+
+    def _lightest(self, src: int, dst: int, limit: float) -> bool:
+        """Move the lightest unit of ``src`` if it weighs less than ``limit``."""
+        candidates = [units for units in (self.cheap[src], self.rest[src]) if units]
+        if not candidates:
+            return False
+        lightest = min(candidates, key=lambda units: units[0][0])
+        if lightest[0][0] >= limit:
+            return False
+        self._transfer(lightest, 0, dst)
         return True
+
+    def _transfer(self, units: list[tuple[float, int]], position: int, dst: int) -> None:
+        w, k = units.pop(position)
+        self.load[self.where[k]] -= w
+        self.where[k] = dst
+        self.load[dst] += w
+        insort(self._bucket(k, dst), (w, k))
