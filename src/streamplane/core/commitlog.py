@@ -707,10 +707,9 @@ def _version_of(metadata: str) -> int | None:
     match = _PREFIX_RE.match(metadata)
     if match is None:
         return None
-    version = int(match.group(1))
-    if version != FORMAT_VERSION:
-        raise CodecError(f"unsupported commit-log format version {version}")
-    return version
+    if match.group(0) != METADATA_PREFIX:  # another version, or a non-canonical "sp01:"
+        raise CodecError(f"unsupported commit-log format {match.group(0)!r}")
+    return FORMAT_VERSION
 
 
 def _b64decode(text: str) -> bytes:

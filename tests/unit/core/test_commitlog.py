@@ -521,6 +521,7 @@ def _zstd(body: bytes) -> bytes:
         "sp1:" + GOOD[4:] + "==",  # padding is not allowed
         "sp1:" + GOOD[4:] + "A",  # impossible length
         "sp2:" + GOOD[4:],  # unknown version
+        "sp01:" + GOOD[4:],  # not the canonical spelling of version 1
         "sp1:" + GOOD[4:-1] + ("B" if GOOD[-1] == "A" else "A"),  # check fails
         GOOD[:-4],  # truncated string
         "sp1:" + _b64(_frame_with_check(b"\x10" + bytes(12), b"\x00\x00\x00\x00")),  # flag
