@@ -7,8 +7,11 @@ import sys
 import click
 
 from streamplane import __version__
+from streamplane.cli.clusters import clusters
+from streamplane.cli.control_plane import control_plane
 from streamplane.cli.local import local
 from streamplane.cli.run import run
+from streamplane.cli.streams import streams
 from streamplane.exceptions import StreamplaneError
 
 
@@ -20,6 +23,9 @@ def cli() -> None:
 
 cli.add_command(local)
 cli.add_command(run)
+cli.add_command(control_plane)
+cli.add_command(clusters)
+cli.add_command(streams)
 
 
 def main() -> None:

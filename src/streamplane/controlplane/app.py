@@ -61,12 +61,14 @@ class ControlPlaneSettings(BaseModel):
 
     db_url: str = Field(description="SQLAlchemy URL of the store, e.g. sqlite:///cp.db")
     api_token: str = Field(min_length=8, description="The bearer token mutations need.")
-    watch_timeout_default: float = Field(25.0, gt=0)
-    watch_timeout_max: float = Field(60.0, gt=0)
+    watch_timeout_default: float = Field(default=25.0, gt=0)
+    watch_timeout_max: float = Field(default=60.0, gt=0)
     watch_poll_interval: float = Field(
-        0.5, gt=0, description="How often waiting watches re-check the store (other replicas)."
+        default=0.5,
+        gt=0,
+        description="How often waiting watches re-check the store (changes by other replicas).",
     )
-    kafka_timeout: float = Field(15.0, gt=0, description="Seconds for one Kafka admin call.")
+    kafka_timeout: float = Field(default=15.0, gt=0, description="Seconds per Kafka admin call.")
 
     @field_validator("api_token")
     @classmethod

@@ -1,0 +1,140 @@
+"""`streamplane clusters ...`: the control plane's cluster registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from streamplane.cli.connection import (
+    LOCAL_TAGS,
+    connect,
+    connection_options,
+    echo_json,
+    format_tags,
+    json_option,
+    local_fleet_clusters,
+    parse_key_values,
+)
+from streamplane.cli.local import data_dir_option
+from streamplane.cli.output import table
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.exceptions import Conflict
+
+TAG_HELP = "A tag KEY=VALUE (repeatable)."
+
+
+@click.group("clusters")
+def clusters() -> None:
+    """Register, tag and list the Kafka clusters the control plane knows."""
+
+
+def clusters_table(rows: list[dict[str, Any]]) -> str:
+    return table(
+        ["cluster", "bootstrap", "tags"],
+        [[c["name"], c["bootstrap"], format_tags(c["tags"])] for c in rows],
+    )
+
+
+@clusters.command("list")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Only clusters with it.")
+@json_option
+@connection_options
+def list_(tags: tuple[str, ...], as_json: bool, url: str, token: str | None) -> None:
+    """List registered clusters (every --tag must match)."""
+    with connect(url, token) as cp:
+        rows = cp.list_clusters(parse_key_values(tags, "--tag"))
+    if as_json:
+        echo_json(rows)
+    else:
+        click.echo(clusters_table(rows))
+
+
+@clusters.command("add")
+@click.argument("name")
+@click.argument("bootstrap")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help=TAG_HELP)
+@json_option
+@connection_options
+def add(
+    name: str, bootstrap: str, tags: tuple[str, ...], as_json: bool, url: str, token: str | None
+) -> None:
+    """Register cluster NAME reachable at BOOTSTRAP (host:port[,host:port...])."""
+    with connect(url, token) as cp:
+        doc = cp.register_cluster(name, bootstrap, parse_key_values(tags, "--tag"))
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(
+            f"registered {doc['name']} ({doc['bootstrap']}, tags {format_tags(doc['tags'])})"
+        )
+
+
+@clusters.command("update")
+@click.argument("name")
+@click.option("--bootstrap", default=None, help="New bootstrap servers.")
+@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Add or change a tag.")
+@click.option("--remove-tag", "remove", multiple=True, metavar="KEY", help="Remove a tag.")
+@json_option
+@connection_options
+def update(
+    name: str,
+    bootstrap: str | None,
+    tags: tuple[str, ...],
+    remove: tuple[str, ...],
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Change a cluster's bootstrap servers and/or tags."""
+    changes = parse_key_values(tags, "--tag")
+    if bootstrap is None and not changes and not remove:
+        raise click.UsageError("nothing to change: give --bootstrap, --tag or --remove-tag")
+    with connect(url, token) as cp:
+        new_tags = None
+        if changes or remove:
+            current = dict(cp.get_cluster(name)["tags"])
+            current.update(changes)
+            new_tags = {k: v for k, v in current.items() if k not in remove}
+        doc = cp.update_cluster(name, bootstrap, new_tags)
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(f"updated {doc['name']} ({doc['bootstrap']}, tags {format_tags(doc['tags'])})")
+
+
+@clusters.command("remove")
+@click.argument("name")
+@connection_options
+def remove(name: str, url: str, token: str | None) -> None:
+    """Unregister a cluster (refused while streams have segments on it)."""
+    with connect(url, token) as cp:
+        cp.delete_cluster(name)
+    click.echo(f"removed {name}")
+
+
+def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[str, Any]]:
+    """Register (or refresh the bootstrap of) every cluster of the local fleet, env=local."""
+    out = []
+    for name, bootstrap in local_fleet_clusters(data_dir):
+        try:
+            out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS))
+        except Conflict:
+            tags = {**cp.get_cluster(name)["tags"], **LOCAL_TAGS}
+            out.append(cp.update_cluster(name, bootstrap, tags))
+    return out
+
+
+@clusters.command("import-local")
+@data_dir_option
+@json_option
+@connection_options
+def import_local(data_dir: Path, as_json: bool, url: str, token: str | None) -> None:
+    """Register the clusters of the local fleet (`streamplane local up`), tagged env=local."""
+    with connect(url, token) as cp:
+        rows = import_local_clusters(cp, data_dir)
+    if as_json:
+        echo_json(rows)
+    else:
+        click.echo(clusters_table(rows))

@@ -1,0 +1,105 @@
+"""What every control-plane command shares: --url, --token, --json, KEY=VALUE options.
+
+The token is taken from ``--token``, else ``STREAMPLANE_API_TOKEN``, else the file
+``.streamplane/api-token`` that ``streamplane control-plane serve`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from streamplane.client.control_plane import DEFAULT_URL, ControlPlaneClient
+from streamplane.exceptions import ConfigError, Unauthorized
+from streamplane.local.fleet import FleetDescriptor, descriptor_path
+
+STATE_DIR = Path(".streamplane")
+TOKEN_FILE = STATE_DIR / "api-token"
+URL_ENV = "STREAMPLANE_URL"
+TOKEN_ENV = "STREAMPLANE_API_TOKEN"
+LOCAL_TAGS = {"env": "local"}
+
+
+def connection_options(f: click.decorators.FC) -> click.decorators.FC:
+    f = click.option(
+        "--token",
+        envvar=TOKEN_ENV,
+        default=None,
+        help=f"API token for changes (env {TOKEN_ENV}; default: the file {TOKEN_FILE}).",
+    )(f)
+    return click.option(
+        "--url",
+        envvar=URL_ENV,
+        default=DEFAULT_URL,
+        show_default=True,
+        help=f"Control-plane URL (env {URL_ENV}).",
+    )(f)
+
+
+def json_option(f: click.decorators.FC) -> click.decorators.FC:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(f)
+
+
+def read_token_file(path: Path = TOKEN_FILE) -> str | None:
+    try:
+        token = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the API token from {path}: {exc.strerror}") from exc
+    return token or None
+
+
+def write_new_token(path: Path = TOKEN_FILE) -> str:
+    """A fresh random token, written to ``path`` readable by its owner only."""
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
+@contextmanager
+def connect(url: str, token: str | None) -> Iterator[ControlPlaneClient]:
+    """A client for one command; a token error says where tokens come from."""
+    with ControlPlaneClient(url, token or read_token_file()) as client:
+        try:
+            yield client
+        except Unauthorized as exc:
+            raise Unauthorized(
+                f"{exc} (give --token, set {TOKEN_ENV}, or keep it in {TOKEN_FILE})",
+                status=exc.status,
+            ) from exc
+
+
+def echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def local_fleet_clusters(data_dir: Path) -> list[tuple[str, str]]:
+    """(name, bootstrap) of every cluster in the local fleet's descriptor."""
+    desc = FleetDescriptor.load(descriptor_path(data_dir))
+    return [(c.name, c.bootstrap) for c in desc.clusters.values()]
+
+
+def format_tags(tags: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(tags.items())) or "-"

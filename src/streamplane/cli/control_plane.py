@@ -1,0 +1,177 @@
+"""`streamplane control-plane serve`: run the control plane service (uvicorn)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from streamplane.cli.connection import (
+    LOCAL_TAGS,
+    STATE_DIR,
+    TOKEN_ENV,
+    TOKEN_FILE,
+    local_fleet_clusters,
+    read_token_file,
+    write_new_token,
+)
+from streamplane.cli.local import data_dir_option
+from streamplane.cli.output import progress
+from streamplane.exceptions import ConfigError, Conflict
+from streamplane.local.fleet import descriptor_path
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from streamplane.controlplane.service import ControlPlaneService
+    from streamplane.controlplane.watch import WatchHub
+
+DEFAULT_DB_URL = f"sqlite:///{STATE_DIR / 'control-plane.db'}"
+DEFAULT_PORT = 8470
+
+
+@click.group("control-plane")
+def control_plane() -> None:
+    """The control plane: cluster registry, streams, routing and failover over HTTP."""
+
+
+@control_plane.command("serve")
+@click.option(
+    "--db",
+    "db_url",
+    envvar="STREAMPLANE_DB_URL",
+    default=DEFAULT_DB_URL,
+    show_default=True,
+    help="SQLAlchemy URL of the store (env STREAMPLANE_DB_URL).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port (0: any free port).",
+)
+@click.option(
+    "--token",
+    envvar=TOKEN_ENV,
+    default=None,
+    help=f"API token for changes (env {TOKEN_ENV}; default: {TOKEN_FILE}, created if missing).",
+)
+@click.option(
+    "--import-local/--no-import-local",
+    default=None,
+    help="Register the local fleet's clusters (tag env=local) at start. "
+    "Default: if a local fleet descriptor exists.",
+)
+@data_dir_option
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="info",
+    show_default=True,
+)
+@click.option("--access-log", is_flag=True, help="Log every request.")
+def serve(
+    db_url: str,
+    host: str,
+    port: int,
+    token: str | None,
+    import_local: bool | None,
+    data_dir: Path,
+    log_level: str,
+    access_log: bool,
+) -> None:
+    """Serve the control-plane HTTP API until interrupted."""
+    # Imported here so that the other commands start without FastAPI and SQLAlchemy.
+    from pydantic import ValidationError
+
+    from streamplane.controlplane.app import ControlPlaneSettings, create_app
+    from streamplane.controlplane.service import ControlPlaneService
+    from streamplane.controlplane.store import Store
+
+    if not token:
+        token = read_token_file()
+        if token:
+            progress(f"API token from {TOKEN_FILE}")
+        else:
+            token = write_new_token()
+            progress(f"new API token written to {TOKEN_FILE} (mode 0600)")
+    try:
+        settings = ControlPlaneSettings(db_url=db_url, api_token=token)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    sock = _bind(host, port)
+    service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
+    try:
+        if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
+            names = import_local_fleet(service, data_dir)
+            progress(f"registered local clusters {', '.join(names)} from {data_dir}")
+        app = create_app(settings, service)
+        import uvicorn
+
+        config = uvicorn.Config(
+            app,
+            log_level=log_level,
+            access_log=access_log,
+            timeout_graceful_shutdown=5,
+        )
+        server = _server(config, app.state.hub)
+        bound_host, bound_port = sock.getsockname()[:2]
+        click.echo(f"control plane on http://{_url_host(bound_host)}:{bound_port} (store {db_url})")
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        service.close()
+
+
+def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str]:
+    """Register (or refresh the bootstrap of) every local-fleet cluster; env=local."""
+    names = []
+    for name, bootstrap in local_fleet_clusters(data_dir):
+        try:
+            service.register_cluster(name, bootstrap, LOCAL_TAGS, actor="import-local")
+        except Conflict:
+            tags = {**service.get_cluster(name).tags, **LOCAL_TAGS}
+            service.update_cluster(name, bootstrap, tags, actor="import-local")
+        names.append(name)
+    return names
+
+
+def _server(config: uvicorn.Config, hub: WatchHub) -> uvicorn.Server:
+    class Server(uvicorn.Server):
+        """On SIGTERM/SIGINT, answer the waiting long polls first so shutdown is quick."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            hub.close_threadsafe()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host!r}: {exc.strerror}") from exc
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"port {port} on {host} is already in use") from exc
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

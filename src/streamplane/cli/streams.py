@@ -1,0 +1,202 @@
+"""`streamplane streams ...`: create, inspect, move and delete streams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from streamplane.cli.connection import (
+    connect,
+    connection_options,
+    echo_json,
+    json_option,
+    parse_key_values,
+)
+from streamplane.cli.output import table
+from streamplane.core.routing import (
+    DEFAULT_LANES,
+    RoutingTable,
+    routing_from_json,
+    routing_to_json,
+)
+
+
+@click.group("streams")
+def streams() -> None:
+    """Streams: stable names with priority lanes, routed to topics on clusters."""
+
+
+def segments_table(table_: RoutingTable) -> str:
+    order = {lane: i for i, lane in enumerate(table_.all_lanes)}
+    segs = sorted(table_.segments, key=lambda s: (order.get(s.lane, len(order)), s.epoch))
+    return table(
+        ["lane", "state", "cluster", "topic", "partitions", "epoch"],
+        [[s.lane, s.state.value, s.cluster, s.topic, s.partitions, s.epoch] for s in segs],
+    )
+
+
+def _lanes(value: str) -> tuple[str, ...]:
+    lanes = tuple(x.strip() for x in value.split(",") if x.strip())
+    if not lanes:
+        raise click.BadParameter("give at least one lane", param_hint="--lanes")
+    return lanes
+
+
+@streams.command("create")
+@click.argument("name")
+@click.option("--cluster", required=True, help="The cluster that gets the stream's topics.")
+@click.option(
+    "--lanes",
+    default=",".join(DEFAULT_LANES),
+    show_default=True,
+    help="Lanes in priority order, comma-separated (the dlq lane is added).",
+)
+@click.option("--partitions", type=int, default=6, show_default=True, help="Per lane.")
+@click.option("--dlq-partitions", type=int, default=1, show_default=True)
+@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic config for every topic (repeatable), e.g. retention.ms=86400000.",
+)
+@click.option(
+    "--max-record-bytes",
+    type=int,
+    default=1_048_576,
+    show_default=True,
+    help="Largest record (key + value) the stream accepts.",
+)
+@json_option
+@connection_options
+def create(
+    name: str,
+    cluster: str,
+    lanes: str,
+    partitions: int,
+    dlq_partitions: int,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    max_record_bytes: int,
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Create stream NAME: a topic per lane plus the dlq lane's, on --cluster."""
+    with connect(url, token) as cp:
+        routing = cp.create_stream(
+            name,
+            cluster,
+            lanes=_lanes(lanes),
+            partitions=partitions,
+            dlq_partitions=dlq_partitions,
+            replication_factor=replication_factor,
+            config=parse_key_values(configs, "--config"),
+            max_record_bytes=max_record_bytes,
+        )
+    if as_json:
+        echo_json(routing_to_json(routing))
+        return
+    click.echo(f"created stream {name} on {cluster} (epoch {routing.epoch})")
+    click.echo(segments_table(routing))
+
+
+@streams.command("list")
+@json_option
+@connection_options
+def list_(as_json: bool, url: str, token: str | None) -> None:
+    """List streams: lanes, epoch, where their active segments are."""
+    with connect(url, token) as cp:
+        rows = cp.list_streams()
+    if as_json:
+        echo_json(rows)
+        return
+    click.echo(
+        table(
+            ["stream", "lanes", "partitions", "epoch", "active on"],
+            [
+                [
+                    s["name"],
+                    ",".join(s["lanes"]),
+                    s["partitions"],
+                    s["epoch"],
+                    ",".join(s["active_clusters"]) or "-",
+                ]
+                for s in rows
+            ],
+        )
+    )
+
+
+def describe_text(doc: dict[str, Any], routing: RoutingTable) -> str:
+    configs = ", ".join(f"{k}={v}" for k, v in sorted(doc["topic_config"].items()))
+    lines = [
+        f"stream       {doc['name']}",
+        f"lanes        {' > '.join(routing.all_lanes)}  (priority order)",
+        f"epoch        {routing.epoch}",
+        f"partitions   {doc['partitions']} per lane, {doc['dlq_partitions']} for the dlq; "
+        f"replication factor {doc['replication_factor']}",
+        f"max record   {doc['max_record_bytes']} bytes",
+        f"topic config {configs}",
+        f"created      {doc['created_at']}",
+        "",
+        segments_table(routing),
+    ]
+    return "\n".join(lines)
+
+
+@streams.command("describe")
+@click.argument("name")
+@json_option
+@connection_options
+def describe(name: str, as_json: bool, url: str, token: str | None) -> None:
+    """A stream's settings and its routing table (every segment)."""
+    with connect(url, token) as cp:
+        doc = cp.describe_stream(name)
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(describe_text(doc, routing_from_json(doc["routing"])))
+
+
+@streams.command("delete")
+@click.argument("name")
+@click.option("--keep-topics", is_flag=True, help="Forget the stream but leave its topics.")
+@connection_options
+def delete(name: str, keep_topics: bool, url: str, token: str | None) -> None:
+    """Delete a stream and (unless --keep-topics) its topics on every cluster."""
+    with connect(url, token) as cp:
+        cp.delete_stream(name, delete_topics=not keep_topics)
+    click.echo(f"deleted stream {name}" + (" (topics kept)" if keep_topics else ""))
+
+
+@streams.command("failover")
+@click.argument("name")
+@click.option("--to", "--cluster", "cluster", required=True, help="The target cluster.")
+@click.option(
+    "--lane", "lanes", multiple=True, help="A lane to move (repeatable; default: all but dlq)."
+)
+@click.option("--partitions", type=int, default=None, help="Partitions of the new segments.")
+@click.option("--reason", default="", help="Why, for the audit log.")
+@json_option
+@connection_options
+def failover(
+    name: str,
+    cluster: str,
+    lanes: tuple[str, ...],
+    partitions: int | None,
+    reason: str,
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Move lanes to new topics on another cluster, live: old segments drain."""
+    with connect(url, token) as cp:
+        routing = cp.failover(name, cluster, list(lanes) or None, partitions, reason)
+    if as_json:
+        echo_json(routing_to_json(routing))
+        return
+    click.echo(f"stream {name} now at epoch {routing.epoch}")
+    click.echo(segments_table(routing))
