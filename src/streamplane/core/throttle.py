@@ -232,7 +232,7 @@ def compute_throttles(
                 rates[role] = (None, False)
                 continue
             if seen is None or cap is None:
-                missing = "traffic figures" if seen is None else "a capacity"
+                missing = "traffic figures" if seen is None else "capacity figure"
                 fallback = current if current is not None else int(limits.minimum)
                 warnings.append(
                     f"broker {bid} has no {missing}; {role} throttle "

@@ -238,7 +238,10 @@ def _place(
                 elif count_sel is not None:
                     choice = count_sel.select(ok)
             if choice is None:
-                reason = "not enough free storage or racks" if storage else "no broker fits"
+                if any(ok(b) for b in eligible):
+                    reason = f"no allowed broker has {request} bytes of free storage"
+                else:
+                    reason = "no eligible broker passes the rack rule"
                 failures.append(f"{p.topic}-{p.partition} slot {pos}: {reason}")
                 continue
             if storage_sel is not None:

@@ -137,7 +137,7 @@ def test_force_rebuild_storage_balances_free_space() -> None:
 def test_storage_strategy_refuses_when_nothing_fits() -> None:
     pm = pmap_of({"t": [[1, 2, 3]]}, sizes={"t": [500]})
     brokers = BrokerMap(brokers_in_racks(3, 3, total=1000, free={4: 10, 7: 10}))
-    with pytest.raises(PlacementError, match="could not be placed"):
+    with pytest.raises(PlacementError, match="no allowed broker has 500 bytes of free storage"):
         rebuild(
             pm,
             brokers.with_states({1: BrokerState.DEAD}),
