@@ -1,0 +1,128 @@
+"""The control-plane app over a temporary SQLite file and a stub of the Kafka admin."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.service import ControlPlaneService
+from streamplane.controlplane.store import Store
+from streamplane.exceptions import KafkaError
+
+with warnings.catch_warnings():  # "install httpx2": the pinned httpx works
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+TOKEN = "unit-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BOOTSTRAPS = {"local-a": "127.0.0.1:19092", "local-b": "127.0.0.1:19093"}
+
+
+@dataclass
+class StubKafka:
+    """Every cluster's topics, by bootstrap; failures to inject by topic name."""
+
+    topics: dict[str, dict[str, tuple[int, int, dict[str, str]]]] = field(default_factory=dict)
+    fail_create: dict[str, KafkaError] = field(default_factory=dict)
+    fail_delete: dict[str, KafkaError] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def admin(self, bootstrap: str) -> StubAdmin:
+        return StubAdmin(self, bootstrap)
+
+    def on(self, cluster: str) -> dict[str, tuple[int, int, dict[str, str]]]:
+        return self.topics.get(BOOTSTRAPS[cluster], {})
+
+
+@dataclass
+class StubAdmin:
+    kafka: StubKafka
+    bootstrap: str
+
+    def create_topics(
+        self, topics: Iterable[tuple[str, int, int, Mapping[str, str]]], timeout: float = 30.0
+    ) -> dict[str, KafkaError | None]:
+        out: dict[str, KafkaError | None] = {}
+        with self.kafka.lock:
+            existing = self.kafka.topics.setdefault(self.bootstrap, {})
+            for name, partitions, replication, config in topics:
+                if name in self.kafka.fail_create:
+                    out[name] = self.kafka.fail_create[name]
+                elif name in existing:
+                    out[name] = KafkaError(f"{name} exists", code="TOPIC_ALREADY_EXISTS")
+                else:
+                    existing[name] = (partitions, replication, dict(config))
+                    out[name] = None
+        return out
+
+    def delete_topics(
+        self, names: Iterable[str], timeout: float = 30.0
+    ) -> dict[str, KafkaError | None]:
+        out: dict[str, KafkaError | None] = {}
+        with self.kafka.lock:
+            existing = self.kafka.topics.setdefault(self.bootstrap, {})
+            for name in names:
+                if name in self.kafka.fail_delete:
+                    out[name] = self.kafka.fail_delete[name]
+                elif existing.pop(name, None) is None:
+                    out[name] = KafkaError(f"{name} unknown", code="UNKNOWN_TOPIC_OR_PART")
+                else:
+                    out[name] = None
+        return out
+
+
+@pytest.fixture
+def kafka() -> StubKafka:
+    return StubKafka()
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cp.db'}"
+
+
+@pytest.fixture
+def settings(db_url: str) -> ControlPlaneSettings:
+    return ControlPlaneSettings(
+        db_url=db_url, api_token=TOKEN, watch_timeout_default=2.0, watch_poll_interval=0.05
+    )
+
+
+def make_service(db_url: str, kafka: StubKafka) -> ControlPlaneService:
+    return ControlPlaneService(Store(db_url), kafka.admin)
+
+
+@pytest.fixture
+def service(db_url: str, kafka: StubKafka) -> Iterator[ControlPlaneService]:
+    svc = make_service(db_url, kafka)
+    for name, bootstrap in BOOTSTRAPS.items():
+        svc.register_cluster(name, bootstrap, {"env": "local"})
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def app(settings: ControlPlaneSettings, service: ControlPlaneService) -> FastAPI:
+    return create_app(settings, service)
+
+
+@pytest.fixture
+def http(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as client:
+        yield client
+
+
+def create_stream(http: TestClient, name: str = "orders", **extra: object) -> dict[str, object]:
+    resp = http.post(
+        "/v1/streams", json={"name": name, "cluster": "local-a", **extra}, headers=AUTH
+    )
+    assert resp.status_code == 201, resp.text
+    body: dict[str, object] = resp.json()
+    return body
