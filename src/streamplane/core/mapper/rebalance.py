@@ -141,8 +141,10 @@ class Relocator:
         self._limit = params.partition_limit
         self._scoped = params.locality_scoped
         held: dict[int, list[int]] = {b: [] for b in self._targets}
+        # An empty partition frees nothing where it leaves: moving it is pure churn.
+        smallest = max(params.min_partition_size, 1)
         for i, p in enumerate(self._parts):
-            if p.size < params.min_partition_size:
+            if p.size < smallest:
                 continue
             for b in p.replicas:
                 if b in held:

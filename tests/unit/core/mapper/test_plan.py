@@ -84,3 +84,10 @@ def test_to_dict_is_json() -> None:
     assert data["warnings"] == ["careful"]
     assert data["storage_range"]["before"] == 800
     json.dumps(data)
+
+
+def test_render_uses_binary_units() -> None:
+    big = BrokerMap([Broker(1, "a", 3 * 1024**4, 4 * 1024**4), Broker(2, "b", 2048, 4096)])
+    text = Plan("x", pmap_of({"t": [[1]]}), pmap_of({"t": [[2]]}), big).diff().render()
+    assert "3.0TiB" in text
+    assert "2.0KiB" in text

@@ -141,6 +141,7 @@ def test_refuses_retiring_unknown_and_unmeasured_brokers() -> None:
         RebalanceParams(partition_limit=0),
         RebalanceParams(min_partition_size=-1),
         RebalanceParams(min_rack_ids=0),
+        RebalanceParams(tolerance="0.1"),  # type: ignore[arg-type]
     ],
 )
 def test_params_validation(params: RebalanceParams) -> None:

@@ -237,3 +237,21 @@ def test_same_seed_same_bytes_other_seed_differs() -> None:
 def test_params_validation(params: RebuildParams) -> None:
     with pytest.raises(MapperError):
         rebuild(LAYOUT, BrokerMap(NINE), params)
+
+
+def test_affinity_that_lacks_storage_falls_back_with_a_warning() -> None:
+    brokers = BrokerMap([*NINE, Broker(10, "r0", 5, 1000, BrokerState.NEW)]).with_states(
+        {4: BrokerState.DEAD}
+    )
+    params = RebuildParams(strategy=PlacementStrategy.STORAGE, substitution_affinity=True)
+    plan = rebuild(LAYOUT, brokers, params)
+    assert {m.destination for m in plan.moves()} <= {1, 7}
+    assert any("could not follow their substitution affinity" in w for w in plan.warnings)
+
+
+def test_storage_without_sizes_and_partial_racks_warn() -> None:
+    pm = pmap_of({"t": [[1, 2, 3]]})
+    brokers = BrokerMap([*NINE[:8], Broker(9, None, 1000, 1000)]).with_states({1: BrokerState.DEAD})
+    plan = rebuild(pm, brokers, RebuildParams(strategy=PlacementStrategy.STORAGE))
+    assert any("no partition sizes" in w for w in plan.warnings)
+    assert any("have no rack" in w for w in plan.warnings)

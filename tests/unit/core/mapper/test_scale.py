@@ -88,3 +88,10 @@ def test_scale_params_validation() -> None:
         scale(PM, BROKERS, ScaleParams(seed=1.5))  # type: ignore[arg-type]
     with pytest.raises(MapperError):
         scale(PM, BROKERS, ScaleParams(strategy="x"))  # type: ignore[arg-type]
+
+
+def test_count_scale_can_balance_leaders_too() -> None:
+    params = ScaleParams(strategy=PlacementStrategy.COUNT, optimize_leadership=True)
+    plan = scale(PM, BROKERS, params)
+    lead = plan.after.leader_counts()
+    assert max(lead.values()) - min(lead.values()) <= 1
