@@ -200,34 +200,34 @@ class _LogEnd:
     def __init__(self, table: EndOffsetTable | None) -> None:
         self.end = -1
         self.observed_ms = _NEVER
-        self.members: list[_Partition] = []
+        self.members: tuple[_Partition, ...] = ()  # usually one or two: a tuple is smaller
         self.table = table
 
 
 class _Partition:
+    # History: samples live at [base, base + history_size) of the model's arrays, the
+    # newest at base + newest; count is how many there are.
     __slots__ = (
+        "base",
         "caught_up_ms",
         "changed_ms",
         "commit_ms",
         "committed",
         "count",
-        "head",
-        "key",
         "labels",
         "log_end",
+        "newest",
         "rewind_ms",
-        "slot",
         "ts_ms",
         "ts_offset",
     )
 
-    def __init__(
-        self, key: tuple[str, str, int], labels: PartitionLabels, log_end: _LogEnd, slot: int
-    ) -> None:
-        self.key = key
+    def __init__(self, labels: PartitionLabels, log_end: _LogEnd, base: int) -> None:
         self.labels = labels
         self.log_end = log_end
-        self.slot = slot
+        self.base = base
+        self.newest = 0
+        self.count = 0
         self.committed = -1
         self.commit_ms = _NEVER
         self.changed_ms = _NEVER
@@ -235,8 +235,6 @@ class _Partition:
         self.caught_up_ms = _NEVER
         self.ts_offset = -1
         self.ts_ms = 0
-        self.head = 0
-        self.count = 0
 
 
 class _Totals:
@@ -304,8 +302,8 @@ class LagModel:
             self._h_tlag.extend(self._blank_tlag)
             self._h_olag.extend(self._blank_time)
         log_end = self._log_end(key[1], key[2])
-        p = self._parts[key] = _Partition(key, labels, log_end, slot)
-        log_end.members.append(p)
+        p = self._parts[key] = _Partition(labels, log_end, slot * self._hsize)
+        log_end.members = (*log_end.members, p)
         return p
 
     def track(
@@ -333,8 +331,9 @@ class LagModel:
         p = self._parts.pop((group, topic, partition), None)
         if p is None:
             return False
-        p.log_end.members.remove(p)
-        self._free_slots.append(p.slot)
+        log_end = p.log_end
+        log_end.members = tuple(m for m in log_end.members if m is not p)
+        self._free_slots.append(p.base // self._hsize)
         return True
 
     def forget_group(self, group: str) -> int:
@@ -445,36 +444,36 @@ class LagModel:
         return -1, self._time_lag(p, now_ms)
 
     def _push(self, p: _Partition, t: int, tlag: float, olag: int) -> None:
-        n = self._hsize
-        base = p.slot * n
         times = self._h_time
-        head = p.head
         if p.count:
-            last = base + (head - 1 if head else n - 1)
+            last = p.base + p.newest
             newest = times[last]
-            bucket = self._bucket_ms
-            if t // bucket == newest // bucket:
-                if t >= newest:
-                    times[last] = t
-                    self._h_tlag[last] = tlag
-                    self._h_olag[last] = olag
-                return
             if t < newest:
-                return  # older than the newest bucket: history only moves forward
-        i = base + head
+                return  # older than the newest sample: history only moves forward
+            bucket = self._bucket_ms
+            if t // bucket == newest // bucket:  # same bucket: the newer sample replaces it
+                times[last] = t
+                self._h_tlag[last] = tlag
+                self._h_olag[last] = olag
+                return
+            position = p.newest + 1
+            if position == self._hsize:
+                position = 0
+        else:
+            position = 0
+        i = p.base + position
         times[i] = t
         self._h_tlag[i] = tlag
         self._h_olag[i] = olag
-        p.head = head + 1 if head + 1 < n else 0
-        if p.count < n:
+        p.newest = position
+        if p.count < self._hsize:
             p.count += 1
 
     def _samples(self, p: _Partition) -> Iterator[tuple[int, float, int]]:
         """History of a partition, oldest first, as raw (time, time lag, offset lag)."""
         n = self._hsize
-        base = p.slot * n
-        start = p.head - p.count
-        for j in range(start, p.head):
+        base = p.base
+        for j in range(p.newest - p.count + 1, p.newest + 1):
             i = base + (j % n)
             yield self._h_time[i], self._h_tlag[i], self._h_olag[i]
 
@@ -513,8 +512,8 @@ class LagModel:
             return LagStatus.WARN
         return LagStatus.OK
 
-    def _report(self, p: _Partition, now_ms: int) -> PartitionLag:
-        group, topic, partition = p.key
+    def _report(self, key: tuple[str, str, int], p: _Partition, now_ms: int) -> PartitionLag:
+        group, topic, partition = key
         log_end = p.log_end
         end = log_end.end if log_end.end >= 0 else None
         if p.committed < 0:
@@ -543,13 +542,14 @@ class LagModel:
 
     def partition(self, group: str, topic: str, partition: int, now_ms: int) -> PartitionLag | None:
         """The lag of one partition at ``now_ms``, or None if it is not tracked."""
-        p = self._parts.get((group, topic, partition))
-        return None if p is None else self._report(p, now_ms)
+        key = (group, topic, partition)
+        p = self._parts.get(key)
+        return None if p is None else self._report(key, p, now_ms)
 
     def partitions(self, now_ms: int) -> Iterator[PartitionLag]:
         """The lag of every tracked partition at ``now_ms`` (in no particular order)."""
-        for p in list(self._parts.values()):
-            yield self._report(p, now_ms)
+        for key, p in list(self._parts.items()):
+            yield self._report(key, p, now_ms)
 
     def history(self, group: str, topic: str, partition: int) -> list[LagSample]:
         """The history of one partition, oldest first (empty if not tracked)."""
@@ -564,8 +564,7 @@ class LagModel:
     def aggregate(self, now_ms: int, *, by_topic: bool = True) -> list[LagAggregate]:
         """Per (group, topic) -- or per group with ``by_topic=False`` -- sorted by name."""
         acc: dict[tuple[str, str], _Totals] = {}
-        for p in self._parts.values():
-            group, topic, _ = p.key
+        for (group, topic, _), p in self._parts.items():
             key = (group, topic if by_topic else "")
             totals = acc.get(key)
             if totals is None:
@@ -603,11 +602,11 @@ class LagModel:
         for the record at their committed offset: what an adapter should look up for
         foreign groups."""
         out = []
-        for p in self._parts.values():
+        for key, p in self._parts.items():
             committed = p.committed
             if committed < 0 or p.ts_offset == committed:
                 continue
             end = p.log_end.end
             if end < 0 or committed < end:
-                out.append((*p.key, committed))
+                out.append((*key, committed))
         return out
