@@ -297,6 +297,7 @@ def rebalance(
             why = f"more than {params.storage_threshold:.0%} below the harmonic mean free storage"
         warnings.append(f"no broker is {why}; nothing to rebalance")
         return Plan("rebalance", pmap, pmap, brokers, tuple(warnings))
-    destinations = [b for b in participants if b not in set(targets)]
+    chosen = set(targets)
+    destinations = [b for b in participants if b not in chosen]
     relocator = Relocator(pmap, brokers, participants, targets, destinations, params)
     return finish("rebalance", pmap, brokers, relocator, params, warnings)
