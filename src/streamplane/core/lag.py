@@ -116,7 +116,7 @@ class LagThresholds:
     window_s: float = 600.0
     stop_after_s: float = 120.0
     stall_after_s: float = 60.0
-    warn_min_samples: int = 5
+    warn_min_samples: int = 5  # more than history_size: the trend rule never fires
     warn_min_growth_s: float = 10.0
     warn_time_lag_s: float | None = None
     history_size: int = 20

@@ -46,6 +46,8 @@ from array import array
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from streamplane.exceptions import ConfigError
+
 __all__ = ["EndOffsetTable", "InterpolatedLag", "LagEstimate", "LagEstimateKind"]
 
 
@@ -90,7 +92,7 @@ class EndOffsetTable:
 
     def __init__(self, limit: int = 60) -> None:
         if limit < 2:
-            raise ValueError(f"an interpolation table needs at least 2 points, not {limit}")
+            raise ConfigError(f"an interpolation table needs at least 2 points, not {limit}")
         self._limit = limit
         self._offsets = array("q")
         self._times = array("q")

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from streamplane.exceptions import CodecError
+from streamplane.exceptions import CodecError, ConfigError
 
 __all__ = [
     "BytesLike",
@@ -419,7 +419,7 @@ class OffsetsTopicDecoder:
 
     def __init__(self, key_cache_size: int = 131_072) -> None:
         if key_cache_size < 0:
-            raise ValueError(f"key_cache_size must be >= 0, not {key_cache_size}")
+            raise ConfigError(f"key_cache_size must be >= 0, not {key_cache_size}")
         self._max_keys = key_cache_size
         self._keys: dict[bytes, tuple[int, str, str, int]] = {}
         self._names: dict[str, str] = {}

@@ -471,8 +471,10 @@ def test_table_is_a_sliding_window() -> None:
     t = table(*((10 * i, 1000 * i) for i in range(10)), limit=3)
     assert t.points() == [(70, 7000), (80, 8000), (90, 9000)]
     assert len(t) == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         EndOffsetTable(1)
+    with pytest.raises(ConfigError):
+        LagModel(interpolation_points=1)
 
 
 @pytest.mark.parametrize(

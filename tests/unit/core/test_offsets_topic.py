@@ -28,7 +28,7 @@ from streamplane.core.offsets_topic import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from streamplane.exceptions import CodecError
+from streamplane.exceptions import CodecError, ConfigError
 
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 
@@ -419,7 +419,7 @@ def test_decoder_cache_is_bounded_and_shares_names() -> None:
     uncached = OffsetsTopicDecoder(key_cache_size=0)
     assert uncached.decode(KEY_V1, None) == OffsetTombstone("g1", "t", 3)
     assert not uncached._keys
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         OffsetsTopicDecoder(key_cache_size=-1)
 
 
