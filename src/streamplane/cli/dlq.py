@@ -1,0 +1,71 @@
+"""`streamplane dlq ...`: inspect and replay a stream's dlq lane."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from streamplane.cli.connection import connect, connection_options, json_option
+from streamplane.cli.output import progress, table
+from streamplane.client.dlq import list_dead_letters, replay
+
+
+@click.group("dlq")
+def dlq() -> None:
+    """The dlq lane: records that were rejected, with their provenance."""
+
+
+@dlq.command("list")
+@click.argument("stream")
+@click.option("--limit", type=int, default=50, show_default=True, help="At most this many.")
+@connection_options
+@json_option
+def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool) -> None:
+    """List dead-lettered records of STREAM, oldest first (commits nothing)."""
+    if limit < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--limit")
+    with connect(url, token) as client:
+        letters = list_dead_letters(client, stream, limit=limit)
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "topic": d.topic,
+                        "partition": d.partition,
+                        "offset": d.offset,
+                        "key": d.key.decode(errors="replace") if d.key else None,
+                        "value": d.value.decode(errors="replace") if d.value else None,
+                        "provenance": d.provenance,
+                    }
+                    for d in letters
+                ],
+                indent=2,
+            )
+        )
+        return
+    rows = [
+        [
+            f"{d.topic}[{d.partition}]@{d.offset}",
+            d.provenance.get("lane", "?"),
+            f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
+            f"@{d.provenance.get('offset', '?')}",
+            d.provenance.get("attempts", "?"),
+            d.provenance.get("error", "")[:60],
+        ]
+        for d in letters
+    ]
+    click.echo(table(["dlq record", "lane", "origin", "attempts", "error"], rows))
+    click.echo(f"{len(letters)} records")
+
+
+@dlq.command("replay")
+@click.argument("stream")
+@click.option("--to-lane", default=None, help="Target lane (default: the lane each came from).")
+@connection_options
+def replay_cmd(stream: str, to_lane: str | None, url: str, token: str | None) -> None:
+    """Send every dlq record of STREAM back to a lane; resumable (group sp-dlq-replay)."""
+    with connect(url, token) as client:
+        n = replay(client, stream, to_lane=to_lane, progress=lambda k: progress(f"{k} replayed"))
+    click.echo(f"replayed {n} records")
