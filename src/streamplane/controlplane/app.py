@@ -17,15 +17,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamplane import __version__
 from streamplane.controlplane.schemas import (
+    CLUSTER_NAME_PATTERN,
+    STREAM_NAME_PATTERN,
     AuditOut,
     ClusterIn,
     ClusterOut,
@@ -103,6 +106,13 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 _MUTATION = (401, 403, 422)
 
+ClusterPath = Annotated[
+    str, Path(description="A cluster name.", json_schema_extra={"pattern": CLUSTER_NAME_PATTERN})
+]
+StreamPath = Annotated[
+    str, Path(description="A stream name.", json_schema_extra={"pattern": STREAM_NAME_PATTERN})
+]
+
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
@@ -115,6 +125,15 @@ def _validation_detail(exc: RequestValidationError) -> str:
         where = ".".join(loc) or "body"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return _one_line("; ".join(parts) or "invalid request")
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    methods: set[str] = set()
+    for route in app.routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path):
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 def create_app(
@@ -151,6 +170,16 @@ def create_app(
         if status == 500:
             log.error("unexpected control-plane error: %s", exc)
         return JSONResponse({"detail": _one_line(str(exc))}, status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first matching route's methods; list them all.
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
+        return JSONResponse(
+            {"detail": _one_line(str(exc.detail))}, status_code=exc.status_code, headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -215,7 +244,7 @@ def create_app(
         responses=_errors(400, 404, 422),
         tags=["clusters"],
     )
-    def get_cluster(name: str) -> ClusterOut:
+    def get_cluster(name: ClusterPath) -> ClusterOut:
         return ClusterOut.of(svc.get_cluster(name))
 
     @app.patch(
@@ -224,7 +253,7 @@ def create_app(
         responses=_errors(400, 404, *_MUTATION),
         tags=["clusters"],
     )
-    def update_cluster(name: str, body: ClusterPatch, actor: Actor) -> ClusterOut:
+    def update_cluster(name: ClusterPath, body: ClusterPatch, actor: Actor) -> ClusterOut:
         return ClusterOut.of(svc.update_cluster(name, body.bootstrap, body.tags, actor))
 
     @app.delete(
@@ -234,7 +263,7 @@ def create_app(
         responses=_errors(400, 404, 409, *_MUTATION),
         tags=["clusters"],
     )
-    def delete_cluster(name: str, actor: Actor) -> Response:
+    def delete_cluster(name: ClusterPath, actor: Actor) -> Response:
         svc.delete_cluster(name, actor)
         return Response(status_code=204)
 
@@ -260,7 +289,7 @@ def create_app(
         responses=_errors(400, 404, 422),
         tags=["streams"],
     )
-    def get_stream(name: str) -> StreamDetail:
+    def get_stream(name: StreamPath) -> StreamDetail:
         record, table = svc.get_stream(name)
         return StreamDetail.of_table(record, table)
 
@@ -272,7 +301,7 @@ def create_app(
         tags=["streams"],
     )
     def delete_stream(
-        name: str,
+        name: StreamPath,
         actor: Actor,
         delete_topics: Annotated[
             bool, Query(description="Also delete the stream's topics on every cluster.")
@@ -293,7 +322,7 @@ def create_app(
         ),
     )
     async def routing(
-        name: str,
+        name: StreamPath,
         after_epoch: Annotated[
             int | None, Query(ge=-1, le=2**62, description="The epoch the caller has.")
         ] = None,
@@ -328,7 +357,7 @@ def create_app(
             "active segments in a new epoch; the old segments drain."
         ),
     )
-    def failover(name: str, body: FailoverIn, actor: Actor) -> RoutingOut:
+    def failover(name: StreamPath, body: FailoverIn, actor: Actor) -> RoutingOut:
         table = svc.failover(name, body.cluster, body.lanes, body.partitions, body.reason, actor)
         return RoutingOut.of(table)
 
@@ -339,7 +368,7 @@ def create_app(
         tags=["routing"],
         description="Move one segment forward: draining -> sealed -> retired (or lost).",
     )
-    def transition_segment(name: str, body: SegmentTransitionIn, actor: Actor) -> RoutingOut:
+    def transition_segment(name: StreamPath, body: SegmentTransitionIn, actor: Actor) -> RoutingOut:
         try:
             offsets = {int(p): o for p, o in body.sealed_end_offsets.items()}
         except ValueError as exc:
@@ -348,9 +377,14 @@ def create_app(
         return RoutingOut.of(table)
 
     # ------------------------------------------------------------------ audit
-    @app.get("/v1/audit", response_model=list[AuditOut], responses=_errors(422), tags=["audit"])
+    @app.get(
+        "/v1/audit", response_model=list[AuditOut], responses=_errors(400, 422), tags=["audit"]
+    )
     def audit(
-        stream: Annotated[str | None, Query(max_length=63)] = None,
+        stream: Annotated[
+            str | None,
+            Query(max_length=63, json_schema_extra={"pattern": STREAM_NAME_PATTERN}),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[AuditOut]:
         return [AuditOut.of(e) for e in svc.audit(stream, limit)]

@@ -5,23 +5,60 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from streamplane.controlplane.service import (
     MAX_PARTITIONS,
     MAX_RECORD_BYTES,
     MAX_REPLICATION_FACTOR,
+    TAG_KEY_PATTERN,
     StreamSpec,
     topic_config,
 )
 from streamplane.controlplane.store import AuditEntry, ClusterRecord, StreamRecord
+from streamplane.core import routing as core_routing
 from streamplane.core.routing import DEFAULT_LANES, RoutingTable, SegmentState, routing_to_json
 
-ClusterName = Annotated[str, Field(min_length=1, max_length=63, examples=["local-a"])]
-StreamName = Annotated[str, Field(min_length=1, max_length=63, examples=["logs-intake"])]
-LaneName = Annotated[str, Field(min_length=1, max_length=31, examples=["realtime"])]
-Bootstrap = Annotated[str, Field(min_length=1, max_length=1024, examples=["127.0.0.1:9092"])]
-Tags = Annotated[dict[str, Annotated[str, Field(max_length=255)]], Field(max_length=64)]
+# The name rules of streamplane.core.routing, documented in the schema. They are checked
+# by the service (not by pydantic), so a bad name gets the core's own one-line message.
+STREAM_NAME_PATTERN = core_routing._STREAM_NAME.pattern
+CLUSTER_NAME_PATTERN = core_routing._CLUSTER_NAME.pattern
+LANE_NAME_PATTERN = core_routing._LANE_NAME.pattern
+
+
+def _named(pattern: str, max_length: int, example: str) -> Any:
+    return Field(
+        min_length=1,
+        max_length=max_length,
+        examples=[example],
+        json_schema_extra={"pattern": pattern},
+    )
+
+
+ClusterName = Annotated[str, _named(CLUSTER_NAME_PATTERN, 63, "local-a")]
+StreamName = Annotated[str, _named(STREAM_NAME_PATTERN, 63, "logs-intake")]
+LaneName = Annotated[str, _named(LANE_NAME_PATTERN, 31, "realtime")]
+Bootstrap = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=1024,
+        examples=["127.0.0.1:9092"],
+        description="host:port[,host:port...]",
+    ),
+]
+Tags = Annotated[
+    dict[str, Annotated[str, Field(max_length=255)]],
+    Field(max_length=64),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": TAG_KEY_PATTERN},
+            "additionalProperties": {"type": "string", "maxLength": 255},
+            "maxProperties": 64,
+        }
+    ),
+]
 Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)]
 
 

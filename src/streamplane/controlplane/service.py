@@ -39,6 +39,7 @@ from streamplane.core.routing import (
     new_routing_table,
     transition,
     validate_cluster_name,
+    validate_lane_name,
     validate_stream_name,
 )
 from streamplane.exceptions import ConfigError, Conflict, KafkaError, NotFound
@@ -58,7 +59,8 @@ MAX_REPLICATION_FACTOR = 32
 MAX_RECORD_BYTES = 1 << 30
 
 _TOPIC_CONFIG_KEY = re.compile(r"^[a-z][a-z0-9.]{0,127}$")
-_TAG_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+TAG_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$"
+_TAG_KEY = re.compile(TAG_KEY_PATTERN)
 _BOOTSTRAP_SERVER = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252}):(\d{1,5})$")
 
 # Broker answers that mean the request was wrong (4xx), not that Kafka failed (5xx).
@@ -108,8 +110,9 @@ class StreamSpec:
     max_record_bytes: int = 1_048_576
 
     def validate(self) -> None:
-        validate_stream_name(self.name)
-        validate_cluster_name(self.cluster)
+        check_stream_name(self.name)
+        check_cluster_name(self.cluster)
+        check_lanes(self.lanes)
         for what, value, high in (
             ("partitions", self.partitions, MAX_PARTITIONS),
             ("dlq_partitions", self.dlq_partitions, MAX_PARTITIONS),
@@ -121,9 +124,32 @@ class StreamSpec:
         validate_topic_config(self.config)
 
 
+def check_name(validate: Callable[[str], str], value: str) -> str:
+    """A core name validator, also refusing line breaks (the core's ``$`` lets a final
+    newline through)."""
+    validate(value)
+    if "\n" in value:
+        raise ConfigError(f"invalid name {value!r}: no line breaks")
+    return value
+
+
+def check_stream_name(name: str) -> str:
+    return check_name(validate_stream_name, name)
+
+
+def check_cluster_name(name: str) -> str:
+    return check_name(validate_cluster_name, name)
+
+
+def check_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
+    for lane in lanes:
+        check_name(validate_lane_name, lane)
+    return tuple(lanes)
+
+
 def validate_topic_config(config: Mapping[str, str]) -> None:
     for key, value in config.items():
-        if not _TOPIC_CONFIG_KEY.match(key):
+        if not _TOPIC_CONFIG_KEY.fullmatch(key):
             raise ConfigError(f"invalid topic config key {key!r}")
         if key == "max.message.bytes":
             raise ConfigError("do not set max.message.bytes: set max_record_bytes instead")
@@ -150,7 +176,7 @@ def validate_bootstrap(bootstrap: str) -> str:
     if not bootstrap.strip() or len(bootstrap) > 1024:
         raise ConfigError("bootstrap must list host:port servers, separated by commas")
     for server in servers:
-        m = _BOOTSTRAP_SERVER.match(server)
+        m = _BOOTSTRAP_SERVER.fullmatch(server)
         if m is None or not 1 <= int(m.group(2)) <= 65535:
             raise ConfigError(f"invalid bootstrap server {server!r}: expected host:port")
     return ",".join(servers)
@@ -160,7 +186,7 @@ def validate_tags(tags: Mapping[str, str]) -> dict[str, str]:
     if len(tags) > 64:
         raise ConfigError("at most 64 tags per cluster")
     for key, value in tags.items():
-        if not _TAG_KEY.match(key):
+        if not _TAG_KEY.fullmatch(key):
             raise ConfigError(
                 f"invalid tag key {key!r}: use 1-63 letters, digits, '.', '_', '/' and '-'"
             )
@@ -209,7 +235,7 @@ class ControlPlaneService:
     def register_cluster(
         self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None, actor: str = "api"
     ) -> ClusterRecord:
-        validate_cluster_name(name)
+        check_cluster_name(name)
         now = utcnow()
         record = ClusterRecord(
             name=name,
@@ -229,7 +255,7 @@ class ControlPlaneService:
         tags: Mapping[str, str] | None = None,
         actor: str = "api",
     ) -> ClusterRecord:
-        validate_cluster_name(name)
+        check_cluster_name(name)
         bootstrap = None if bootstrap is None else validate_bootstrap(bootstrap)
         tags = None if tags is None else validate_tags(tags)
         detail: dict[str, Any] = {"cluster": name}
@@ -243,13 +269,13 @@ class ControlPlaneService:
         return record
 
     def delete_cluster(self, name: str, actor: str = "api") -> None:
-        validate_cluster_name(name)
+        check_cluster_name(name)
         self.store.delete_cluster(
             name, AuditEntry(actor, "cluster.delete", None, {"cluster": name})
         )
 
     def get_cluster(self, name: str) -> ClusterRecord:
-        validate_cluster_name(name)
+        check_cluster_name(name)
         return self.store.get_cluster(name)
 
     def list_clusters(self, tags: Mapping[str, str] | None = None) -> list[ClusterRecord]:
@@ -309,7 +335,7 @@ class ControlPlaneService:
         return record, table
 
     def delete_stream(self, name: str, delete_topics: bool = True, actor: str = "api") -> None:
-        validate_stream_name(name)
+        check_stream_name(name)
         with self._stream_lock(name):
             table = self.store.routing(name)
             deleted: list[str] = []
@@ -336,7 +362,7 @@ class ControlPlaneService:
         self._notify(name, None)
 
     def get_stream(self, name: str) -> tuple[StreamRecord, RoutingTable]:
-        validate_stream_name(name)
+        check_stream_name(name)
         return self.store.stream_with_routing(name)
 
     def list_streams(self) -> list[tuple[StreamRecord, list[str]]]:
@@ -345,7 +371,7 @@ class ControlPlaneService:
         return [(s, active.get(s.name, [])) for s in self.store.list_streams()]
 
     def routing(self, name: str) -> RoutingTable:
-        validate_stream_name(name)
+        check_stream_name(name)
         return self.store.routing(name)
 
     # ------------------------------------------------------------------ routing changes
@@ -363,14 +389,14 @@ class ControlPlaneService:
         The new topics are created first; then, in one epoch, they become the lanes'
         active segments and the old ones start draining.
         """
-        validate_stream_name(name)
-        validate_cluster_name(cluster)
+        check_stream_name(name)
+        check_cluster_name(cluster)
         if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
             raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}")
         with self._stream_lock(name):
             stream, table = self.store.stream_with_routing(name)
             target = self.store.get_cluster(cluster)
-            moving = list(table.lanes) if lanes is None else list(lanes)
+            moving = list(table.lanes) if lanes is None else list(check_lanes(lanes))
             if len(set(moving)) != len(moving):
                 raise ConfigError("a lane is listed twice")
             new = move_lanes(table, moving, cluster, partitions)
@@ -415,7 +441,7 @@ class ControlPlaneService:
         actor: str = "api",
     ) -> RoutingTable:
         """Move one segment forward in its life cycle (draining -> sealed -> retired)."""
-        validate_stream_name(name)
+        check_stream_name(name)
         with self._stream_lock(name):
             table = self.store.routing(name)
             new = transition(table, topic, cluster, to, sealed_end_offsets)
@@ -433,6 +459,8 @@ class ControlPlaneService:
         return new
 
     def audit(self, stream: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        if stream is not None:
+            check_stream_name(stream)
         return self.store.audit(stream, limit)
 
     # ------------------------------------------------------------------ helpers
