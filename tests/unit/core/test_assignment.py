@@ -585,6 +585,7 @@ class AssignerMachine(RuleBasedStateMachine):
         )
         assert answer.lease_expiry >= self.now + new_state.config.lease_ttl_s
         assert answer.work_units.isdisjoint(answer.release)
+        assert answer.work_units <= new_state.work_units
         self.apply(new_state)
         self.belief[member_id] = (answer.work_units, answer.lease_expiry)
         self.asked[member_id] = answer.release
@@ -626,23 +627,16 @@ class AssignerMachine(RuleBasedStateMachine):
         assert again.pending == {} and dict(again.owners) == dict(self.state.owners)
 
     def settle_only(self, live: list[str]) -> None:
-        """Rounds of heartbeats, releasing as asked, until nothing is pending; then until
-        every member has reported the units it holds now."""
-        for _ in range(12):
-            for member_id in live:
-                self.beat(member_id, 0.0, None, "all", False, False)
-            self.now += 0.125
-            if not self.state.pending:
-                break
-        else:
-            raise AssertionError(f"releases still pending: {self.state.pending}")
-        for _ in range(3):
+        """Rounds of heartbeats, releasing as asked, until nothing is pending and every
+        member has reported the units it holds now."""
+        for _ in range(20):
             members = self.state.members.values()
-            if all(m.load.units.keys() == m.active for m in members):
+            if not self.state.pending and all(m.load.units.keys() == m.active for m in members):
                 return
             for member_id in live:
                 self.beat(member_id, 0.0, None, "all", False, False)
-        raise AssertionError("members never reported what they hold")
+            self.now += 0.125
+        raise AssertionError(f"never settled: {self.state.pending}")
 
     @invariant()
     def single_live_lease(self) -> None:
