@@ -163,6 +163,18 @@ def _letters(i: int) -> str:
     return s
 
 
+def new_cluster_id() -> str:
+    """A Kafka cluster id: base64url of a random UUID, never starting with '-'.
+
+    Kafka's own ``Uuid.randomUuid`` rejects ids that start with '-' because command-line
+    parsers take them for options; so do we.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def descriptor_path(data_dir: Path) -> Path:
     return data_dir / DESCRIPTOR_NAME
 
@@ -201,7 +213,7 @@ class LocalFleet:
             cluster_dir = self.data_dir / name
             if cluster_dir.exists():
                 _remove_tree(cluster_dir)
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = new_cluster_id()
             brokers = []
             for i in range(spec.brokers_per_cluster):
                 node_id = i + 1

@@ -33,3 +33,10 @@ def test_default_cluster_names(clusters: int, names: list[str]) -> None:
 def test_invalid_specs(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         FleetSpec(data_dir=Path("/tmp"), **kwargs).validate()  # type: ignore[arg-type]
+
+
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    from streamplane.local.fleet import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
