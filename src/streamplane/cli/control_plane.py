@@ -144,6 +144,8 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
 
 
 def _server(config: uvicorn.Config, hub: WatchHub) -> uvicorn.Server:
+    import uvicorn
+
     class Server(uvicorn.Server):
         """On SIGTERM/SIGINT, answer the waiting long polls first so shutdown is quick."""
 

@@ -1,0 +1,249 @@
+"""`streamplane streams|clusters ...` through the subprocess CLI against the live control plane."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from streamplane.local.fleet import FleetDescriptor
+from tests.integration.conftest import ControlPlaneProcess, _free_port
+
+CLI = [sys.executable, "-m", "streamplane.cli"]
+
+
+def run_cli(
+    cp: ControlPlaneProcess | None, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
+    if cp is not None:
+        env |= {"STREAMPLANE_URL": cp.url, "STREAMPLANE_API_TOKEN": cp.token}
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_help_on_every_command() -> None:
+    groups = {
+        "control-plane": ["serve"],
+        "clusters": ["list", "add", "update", "remove", "import-local"],
+        "streams": ["create", "list", "describe", "delete", "failover"],
+    }
+    for group, commands in groups.items():
+        for args in ([group, "--help"], *([group, c, "--help"] for c in commands)):
+            proc = run_cli(None, *args)
+            assert proc.returncode == 0, proc.stderr
+            assert "Usage:" in proc.stdout
+
+
+def test_streams_round_trip(control_plane: ControlPlaneProcess) -> None:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    out = ok(
+        run_cli(
+            control_plane,
+            "streams",
+            "create",
+            name,
+            "--cluster",
+            "local-a",
+            "--lanes",
+            "realtime,bulk",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=600000",
+        )
+    )
+    assert f"created stream {name} on local-a (epoch 1)" in out
+    assert f"sp.{name}.dlq.e1" in out
+
+    listed = json.loads(ok(run_cli(control_plane, "streams", "list", "--json")))
+    mine = next(s for s in listed if s["name"] == name)
+    assert (mine["epoch"], mine["active_clusters"]) == (1, ["local-a"])
+    assert name in ok(run_cli(control_plane, "streams", "list"))
+
+    described = json.loads(ok(run_cli(control_plane, "streams", "describe", name, "--json")))
+    assert described["config"] == {"retention.ms": "600000"}
+    assert len(described["routing"]["segments"]) == 3
+    text = ok(run_cli(control_plane, "streams", "describe", name))
+    assert "realtime > bulk > dlq" in text
+    assert "message.timestamp.type=LogAppendTime" in text
+
+    moved = json.loads(
+        ok(
+            run_cli(
+                control_plane,
+                "streams",
+                "failover",
+                name,
+                "--to",
+                "local-b",
+                "--lane",
+                "bulk",
+                "--reason",
+                "cli test",
+                "--json",
+            )
+        )
+    )
+    assert moved["epoch"] == 2
+
+    assert f"deleted stream {name}" in ok(run_cli(control_plane, "streams", "delete", name))
+    err = one_error_line(run_cli(control_plane, "streams", "describe", name))
+    assert err == f"error: unknown stream '{name}'"
+
+
+def test_clusters_commands(control_plane: ControlPlaneProcess, fleet: FleetDescriptor) -> None:
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    ok(run_cli(control_plane, "clusters", "add", name, "127.0.0.1:1", "--tag", "env=test"))
+    rows = json.loads(ok(run_cli(control_plane, "clusters", "list", "--tag", "env=test", "--json")))
+    assert [r["name"] for r in rows] == [name]
+    ok(run_cli(control_plane, "clusters", "update", name, "--tag", "zone=z", "--remove-tag", "env"))
+    row = json.loads(ok(run_cli(control_plane, "clusters", "list", "--tag", "zone=z", "--json")))
+    assert row[0]["tags"] == {"zone": "z"}
+    ok(run_cli(control_plane, "clusters", "remove", name))
+    assert name not in ok(run_cli(control_plane, "clusters", "list"))
+
+    # import-local refreshes the registered local clusters from the fleet descriptor
+    rows = json.loads(
+        ok(
+            run_cli(
+                control_plane, "clusters", "import-local", "--data-dir", fleet.data_dir, "--json"
+            )
+        )
+    )
+    assert {r["name"]: r["bootstrap"] for r in rows} == {
+        c.name: c.bootstrap for c in fleet.clusters.values()
+    }
+
+
+def test_cli_errors_are_one_line(control_plane: ControlPlaneProcess, tmp_path: Path) -> None:
+    err = one_error_line(
+        run_cli(control_plane, "streams", "create", "Bad_Name", "--cluster", "local-a")
+    )
+    assert "invalid stream name 'Bad_Name'" in err
+    err = one_error_line(
+        run_cli(control_plane, "streams", "create", "fine", "--cluster", "nowhere")
+    )
+    assert "unknown cluster 'nowhere'" in err
+    # no token anywhere (env cleared, no .streamplane/api-token in cwd)
+    env_less = subprocess.run(
+        [*CLI, "clusters", "remove", "local-a", "--url", control_plane.url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")},
+    )
+    assert "missing API token" in one_error_line(env_less)
+    unreachable = f"http://127.0.0.1:{_free_port()}"
+    err = one_error_line(run_cli(None, "streams", "list", "--url", unreachable))
+    assert err.startswith(f"error: control plane at {unreachable} is unreachable")
+
+
+def test_serve_errors(control_plane: ControlPlaneProcess, tmp_path: Path) -> None:
+    taken = one_error_line(
+        run_cli(
+            None,
+            "control-plane",
+            "serve",
+            "--port",
+            str(control_plane.port),
+            "--token",
+            "long-enough-token",
+            "--db",
+            f"sqlite:///{tmp_path}/x.db",
+            cwd=tmp_path,
+        )
+    )
+    assert taken == f"error: port {control_plane.port} on 127.0.0.1 is already in use"
+    bad_db = one_error_line(
+        run_cli(
+            None,
+            "control-plane",
+            "serve",
+            "--db",
+            "nosuchdb://x",
+            "--port",
+            "0",
+            "--token",
+            "long-enough-token",
+            cwd=tmp_path,
+        )
+    )
+    assert "driver not installed" in bad_db
+
+
+def test_serve_writes_a_token_file_and_imports_the_local_fleet(
+    fleet: FleetDescriptor, tmp_path: Path
+) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "control-plane",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            fleet.data_dir,
+            "--log-level",
+            "warning",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first.startswith(f"control plane on http://127.0.0.1:{port}")
+        token_file = tmp_path / ".streamplane" / "api-token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        # a CLI run from the same directory finds the token file by itself
+        listed = subprocess.run(
+            [*CLI, "clusters", "list", "--json", "--url", f"http://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+            timeout=60,
+        )
+        rows = json.loads(ok(listed))
+        assert {r["name"] for r in rows} == set(fleet.clusters)
+        assert all(r["tags"] == {"env": "local"} for r in rows)
+        added = subprocess.run(
+            [*CLI, "clusters", "add", "extra", "127.0.0.1:2", "--url", f"http://127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            check=False,
+            timeout=60,
+        )
+        ok(added)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert (tmp_path / ".streamplane" / "control-plane.db").is_file()
