@@ -494,7 +494,7 @@ class ControlPlaneService:
             return
         self._delete_quietly(cluster, [t for t, e in results.items() if e is None])
         topic, err = sorted(failed.items())[0]
-        message = f"{what}: cluster {cluster.name} refused topic {topic}: {err}"
+        message = f"{what}: cluster {cluster.name}: {err}"
         if err.code == "TOPIC_ALREADY_EXISTS":
             raise Conflict(f"{what}: topic {topic} already exists on cluster {cluster.name}")
         if err.code in _BAD_REQUEST_CODES:

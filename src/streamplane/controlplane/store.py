@@ -19,7 +19,8 @@ service does that with ``streamplane.core.routing``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,9 +176,10 @@ class Store:
 
     # ------------------------------------------------------------------ clusters
     def add_cluster(self, record: ClusterRecord, audit: AuditEntry) -> None:
-        with self.engine.begin() as conn:
+        conflict = Conflict(f"cluster {record.name!r} is already registered")
+        with _unique(conflict), self.engine.begin() as conn:
             if _exists(conn, clusters.c.name, record.name):
-                raise Conflict(f"cluster {record.name!r} is already registered")
+                raise conflict
             conn.execute(
                 clusters.insert().values(
                     name=record.name,
@@ -246,9 +248,10 @@ class Store:
 
     # ------------------------------------------------------------------ streams
     def add_stream(self, record: StreamRecord, table: RoutingTable, audit: AuditEntry) -> None:
-        with self.engine.begin() as conn:
+        conflict = Conflict(f"stream {record.name!r} already exists")
+        with _unique(conflict), self.engine.begin() as conn:
             if _exists(conn, streams.c.name, record.name):
-                raise Conflict(f"stream {record.name!r} already exists")
+                raise conflict
             conn.execute(
                 streams.insert().values(
                     name=record.name,
@@ -367,6 +370,15 @@ class Store:
 
 
 # ---------------------------------------------------------------------- row mapping
+@contextmanager
+def _unique(conflict: Conflict) -> Iterator[None]:
+    """A concurrent insert of the same key (another replica) is the same conflict."""
+    try:
+        yield
+    except sa.exc.IntegrityError as exc:
+        raise conflict from exc
+
+
 def _exists(conn: Connection, column: sa.Column[Any], value: str) -> bool:
     return conn.execute(sa.select(column).where(column == value)).first() is not None
 

@@ -182,6 +182,7 @@ def test_replication_factor_beyond_the_brokers_is_a_clear_400(
         cp.create_stream(name, "local-a", partitions=1, replication_factor=3)
     assert err.value.status == 400
     assert f"stream '{name}' not created" in str(err.value)
+    assert "replication factor of 3 cannot be reached" in str(err.value)
     assert "\n" not in str(err.value)
     with control_plane.client() as cp, pytest.raises(NotFound):
         cp.describe_stream(name)

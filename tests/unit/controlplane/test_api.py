@@ -239,7 +239,7 @@ def test_failed_topic_creation_persists_nothing_and_cleans_up(
     resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
     assert resp.status_code == 502
     detail = resp.json()["detail"]
-    assert detail.startswith("stream 'orders' not created: cluster local-a refused topic")
+    assert detail.startswith("stream 'orders' not created: cluster local-a: create topic")
     assert "timed out" in detail
     assert http.get("/v1/streams/orders").status_code == 404
     assert kafka.on("local-a") == {}  # the topics that were created are gone again
