@@ -65,12 +65,14 @@ status is the worst of its partitions.
 History and cost
 ----------------
 Each partition keeps a ring of ``history_size`` samples (time, time lag, offset lag) in
-three flat arrays shared by the whole model (20 bytes a sample), written at every commit
-and end-offset observation and by ``sample(now_ms)``. Samples fall into buckets of
-``history_interval_s`` aligned on the epoch: a sample in the same bucket as the newest
-one replaces it, so charts get at most one point per bucket whatever the commit rate.
-Partition state is a ``__slots__`` object; an update allocates nothing but small ints
-and the key tuple.
+three flat arrays shared by the whole model (20 bytes a sample). Samples are taken at
+end-offset observations and by ``sample(now_ms)``, not at commits: a commit only
+updates the partition's state (the cheap, frequent path), and the next observation
+samples the lag it left. Samples fall into buckets of ``history_interval_s`` aligned on
+the epoch; a sample in the same bucket as the newest one replaces it, so charts get at
+most one point per bucket, and samples older than the newest are dropped. Partition
+state is a ``__slots__`` object; an update allocates nothing but small ints and the key
+tuple.
 """
 
 from __future__ import annotations
@@ -370,21 +372,8 @@ class LagModel:
             p.ts_offset = offset
             p.ts_ms = low_watermark_ts_ms
         end = p.log_end.end
-        if end < 0:
-            olag = -1
-        elif offset >= end:
+        if 0 <= end <= offset:
             p.caught_up_ms = commit_ms
-            self._push(p, commit_ms, 0.0, 0)
-            return
-        else:
-            olag = end - offset
-        if p.ts_offset == offset:
-            tlag = (commit_ms - p.ts_ms) / 1000.0
-            if tlag < 0.0:
-                tlag = 0.0
-        else:
-            tlag = _NAN
-        self._push(p, commit_ms, tlag, olag)
 
     def observe_end_offset(
         self, topic: str, partition: int, end_offset: int, observed_ms: int
@@ -417,7 +406,8 @@ class LagModel:
             p.ts_ms = timestamp_ms
 
     def sample(self, now_ms: int) -> None:
-        """Add a history sample at ``now_ms`` to every partition (call it on a timer)."""
+        """Add a history sample at ``now_ms`` to every partition with a commit (call it on
+        a timer: end-offset observations sample only the groups of that partition)."""
         for p in self._parts.values():
             if p.committed >= 0:
                 olag, tlag = self._lags(p, now_ms)

@@ -318,24 +318,27 @@ def test_aggregate_without_any_time_lag() -> None:
 
 def test_history_keeps_one_sample_per_bucket() -> None:
     m = LagModel(LagThresholds(history_interval_s=10))
-    m.observe_end_offset("t", 0, 100, 0)
-    m.observe_commit("g", "t", 0, 40, 1 * S, low_watermark_ts_ms=0)
-    m.observe_commit("g", "t", 0, 50, 5 * S, low_watermark_ts_ms=2 * S)  # same bucket
-    m.observe_commit("g", "t", 0, 60, 12 * S, low_watermark_ts_ms=3 * S)
-    m.observe_commit("g", "t", 0, 70, 3 * S)  # older bucket: not in the history
-    m.observe_end_offset("t", 0, 200, 25 * S)  # end offsets add samples too
+    m.observe_commit("g", "t", 0, 40, 0, low_watermark_ts_ms=0)
+    m.observe_end_offset("t", 0, 100, 1 * S)
+    m.observe_end_offset("t", 0, 100, 5 * S)  # same bucket: replaces the sample at 1 s
+    m.observe_commit("g", "t", 0, 50, 6 * S, low_watermark_ts_ms=2 * S)  # commits: no sample
+    m.observe_end_offset("t", 0, 110, 12 * S)
+    m.observe_end_offset("t", 0, 120, 3 * S)  # an older observation: ignored
+    m.sample(8 * S)  # older than the newest sample: dropped
+    m.observe_commit("g", "t", 0, 60, 20 * S)  # no low watermark for offset 60
+    m.observe_end_offset("t", 0, 200, 25 * S)
     assert m.history("g", "t", 0) == [
-        LagSample(5 * S, 3.0, 50),
-        LagSample(12 * S, 9.0, 40),
-        LagSample(25 * S, None, 130),  # the low watermark is for offset 60, not 70
+        LagSample(5 * S, 5.0, 60),
+        LagSample(12 * S, 10.0, 60),
+        LagSample(25 * S, None, 140),
     ]
 
 
 def test_history_is_a_bounded_ring() -> None:
     m = LagModel(LagThresholds(history_size=4, history_interval_s=1))
-    m.observe_end_offset("t", 0, 10_000, 0)
     for t in range(10):
         m.observe_commit("g", "t", 0, t, t * S, low_watermark_ts_ms=0)
+        m.observe_end_offset("t", 0, 10_000, t * S)
     history = m.history("g", "t", 0)
     assert [s.time_ms for s in history] == [6 * S, 7 * S, 8 * S, 9 * S]
     assert [s.offset_lag for s in history] == [9994, 9993, 9992, 9991]
