@@ -65,7 +65,9 @@ acting on every heartbeat would make units flap).
   the median speed of the members that report both (1 when none do). So a member at 90%
   CPU gets fewer units than members at 20%; and, unlike a rule on headroom alone, moving
   load does not change the estimate (CPU falls with the load that leaves), so the
-  assignment does not swing back and forth.
+  assignment does not swing back and forth. (CPU that does not scale with load, a
+  process's baseline, makes busier members look a little faster; that bias shrinks at
+  each pass and the tolerance absorbs it: the bench converges in a few passes.)
 - Target. Member ``m`` should carry ``W * capacity_m / sum(capacity)`` of the total
   weight ``W``. Its ratio is load / target.
 - Free units are placed heaviest first on the member with the lowest ratio after the
@@ -73,15 +75,16 @@ acting on every heartbeat would make units flap).
 - Moves happen only when some member is outside ``1 +- imbalance_tolerance``
   (stickiness: otherwise nothing moves). Then, first, *repair*: while some member is
   outside the band, move one unit from the most loaded member to the least loaded one,
-  best fit (the heaviest unit that takes neither past its target; failing that the
-  lightest, if it still helps), preferring units that are already moving (retargeting
-  a pending release costs nothing). Then *finish*: move a unit from a member above its
-  target to one below while both are off by more than half of it, neither leaves the
-  band, and one of them was out of line or moved in this pass (rounding to the nearest
-  unit), so a group that had to act ends at its targets (a second member gets half, not
-  45%) without reshuffling the small drifts of everyone else. Repeat both until neither
-  moves. Every move of either phase strictly lowers ``sum(load_m ** 2 / target_m)``,
-  so balancing always ends, and a second pass with unchanged loads moves nothing.
+  best fit: the heaviest unit that takes neither past its target, or, when one of them
+  is already past it, out of the band; failing that the lightest, if it still helps.
+  Units that are already moving go first (retargeting a pending release costs nothing).
+  Then *finish*: move a unit from a member above its target to one below while both are
+  off by more than half of it, neither leaves the band, and one of them was out of the
+  band when the pass began (rounding to the nearest unit), so the members that made the
+  pass necessary end at their targets (a second member gets half, not 45%) and nobody
+  else's small drift moves. Repeat both until neither moves. Every move of either
+  phase strictly lowers ``sum(load_m ** 2 / target_m)``, so balancing always ends, and
+  a second pass with unchanged loads moves nothing.
 - Deterministic: same state and input, same result. Ties between members are broken by
   a hash of ``(seed, member_id)``, ties between units by their sort order; nothing
   depends on set or dict iteration order.
@@ -826,9 +829,9 @@ class _Planner:
         outside = {m for m in range(len(self.ids)) if not low <= load[m] / target[m] <= high}
         if not outside:
             return
-        # The members this pass is about: those outside the band, and those a move
-        # touches. Finishing rounds off only these, so that one member out of line does
-        # not make everyone's small drifts move.
+        # The members this pass is about: those outside the band. Finishing rounds off
+        # only these, so that one member out of line does not make everyone else's
+        # small drifts (or the dents repair left, within the band) move.
         self.involved = outside
         for k, m in enumerate(self.where):
             self._bucket(k, m).append((self.weights[k], k))
@@ -862,7 +865,7 @@ class _Planner:
             if ratio(top) > high:
                 # Shed from the most loaded member, to the least loaded that can take.
                 for m in sorted(receivers, key=lambda m: (ratio(m), m)):
-                    if m != top and self._move(top, m):
+                    if m != top and self._move(top, m, low, high):
                         break
                 else:
                     stuck_donors.add(top)
@@ -870,7 +873,7 @@ class _Planner:
             elif ratio(bottom) < low:
                 # Feed the least loaded member, from the most loaded that can give.
                 for m in sorted(donors, key=lambda m: (-ratio(m), m)):
-                    if m != bottom and self._move(m, bottom):
+                    if m != bottom and self._move(m, bottom, low, high):
                         break
                 else:
                     stuck_receivers.add(bottom)
@@ -885,9 +888,9 @@ class _Planner:
         """Bring members nearer their targets, rounding to the nearest unit.
 
         A unit moves from a member above its target to one below when both are off by
-        more than half of it, neither leaves the band, and one of them is involved in
-        this pass; each such move also lowers the repair cost. Returns whether anything
-        moved.
+        more than half of it, neither leaves the band, and one of them was outside the
+        band when the pass began; each such move also lowers the repair cost. Returns
+        whether anything moved.
         """
         members = range(len(self.ids))
         load, target = self.load, self.target
@@ -933,7 +936,7 @@ class _Planner:
         at_rest = self.holder[k] == m and not self.was_pending[k]
         return self.rest[m] if at_rest else self.cheap[m]
 
-    def _move(self, src: int, dst: int) -> bool:
+    def _move(self, src: int, dst: int, low: float, high: float) -> bool:
         """Move the best-fitting unit from ``src`` to ``dst`` if that lowers the cost."""
         load, target = self.load, self.target
         # Moving x from src to dst equalises their ratios; any w < 2x lowers
@@ -942,13 +945,18 @@ class _Planner:
         equalising = gap / (1.0 / target[src] + 1.0 / target[dst])
         if equalising <= _EPS * (1.0 + target[src]):
             return False
+        limit = 2.0 * equalising * (1.0 - _EPS)
+        # What src can give: its excess over target, else its room above the band's
+        # floor; what dst can take, likewise. The heaviest unit within both moves.
         excess = load[src] - target[src]
+        give = excess if excess > 0 else load[src] - low * target[src]
         deficit = target[dst] - load[dst]
-        ideal = min(excess, deficit) if excess > 0 and deficit > 0 else equalising
-        if self._shift(src, dst, ideal * (1.0 + _EPS)):
+        take = deficit if deficit > 0 else high * target[dst] - load[dst]
+        ideal = min(give, take) if give > 0 and take > 0 else equalising
+        if self._shift(src, dst, min(ideal * (1.0 + _EPS), limit)):
             return True
         # Every unit is heavier than the ideal: the lightest one, if it still helps.
-        return self._lightest(src, dst, 2.0 * equalising * (1.0 - _EPS))
+        return self._lightest(src, dst, limit)
 
     def _shift(self, src: int, dst: int, amount: float) -> bool:
         """Move the heaviest unit of ``src`` weighing at most ``amount`` (moving ones first)."""
@@ -972,8 +980,6 @@ class _Planner:
 
     def _transfer(self, units: list[tuple[float, int]], position: int, dst: int) -> None:
         w, k = units.pop(position)
-        self.involved.add(self.where[k])
-        self.involved.add(dst)
         self.load[self.where[k]] -= w
         self.where[k] = dst
         self.load[dst] += w

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -400,6 +401,29 @@ def test_joining_member_takes_few_units() -> None:
     state, _ = settle(state, now + 0.1, loads)
     moved = sum(1 for u, m in state.owners.items() if before.get(u) != m)
     assert moved == len(state.members["m10"].units) == 18  # 200 / 11, no other movement
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.8])
+def test_joining_member_takes_its_share_of_skewed_units(
+    sigma: float,
+) -> None:
+    rng = random.Random(5)
+    all_units = units(300)
+    throughput = {u: round(rng.lognormvariate(3.0, sigma), 1) for u in all_units}
+    state = initial_state(AssignerConfig(), all_units)
+    # One member measured every unit once; the state remembers the figures.
+    loads = {"m00": load(throughput=throughput)} | {f"m{i:02d}": load() for i in range(1, 10)}
+    state, now = settle(state, 0.0, loads)
+    before = dict(state.owners)
+    loads["new"] = load()
+    state, _ = settle(state, now + 0.1, loads)
+    moved = {u: m for u, m in state.owners.items() if before[u] != m}
+    # Almost all to the newcomer (rounding it off may send one of the units on their way
+    # to it elsewhere instead), about its share of the weight, with few units.
+    assert sum(1 for m in moved.values() if m != "new") <= 2
+    share = sum(throughput[u] for u, m in moved.items() if m == "new") / sum(throughput.values())
+    assert 0.9 / 11 <= share <= 1.1 / 11
+    assert len(moved) < 300 / 11
 
 
 def test_heartbeat_answer_is_what_assignment_of_says() -> None:
