@@ -121,6 +121,10 @@ def _one_line(text: str) -> str:
 def _validation_detail(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error", "")
+            parts.append(f"the body is not valid JSON: {reason}".rstrip(": "))
+            continue
         loc = [str(p) for p in err.get("loc", ()) if p != "body"]
         where = ".".join(loc) or "body"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")

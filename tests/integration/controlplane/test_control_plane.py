@@ -165,6 +165,39 @@ def test_watcher_is_released_within_a_second_of_a_failover(
     assert after_answer < 1.0
 
 
+def test_a_hundred_watchers_are_all_released(
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    record_property: Callable[[str, object], None],
+) -> None:
+    name = stream_factory("local-a", partitions=1)
+    released: list[tuple[float, int]] = []
+    lock = threading.Lock()
+    with control_plane.client() as shared:  # one pool of 100 connections for all
+
+        def watch() -> None:
+            table = shared.watch_routing(name, after_epoch=1, timeout=25)
+            with lock:
+                released.append((time.monotonic(), table.epoch))
+
+        watchers = [threading.Thread(target=watch) for _ in range(100)]
+        for w in watchers:
+            w.start()
+        time.sleep(2.0)  # let every long poll park on the server
+        assert not released
+        with control_plane.client() as cp:
+            cp.failover(name, "local-b")
+            answered = time.monotonic()
+        for w in watchers:
+            w.join(timeout=20)
+    assert len(released) == 100
+    assert {epoch for _, epoch in released} == {2}
+    slowest = max(at for at, _ in released) - answered
+    record_property("hundred_watchers_slowest_release_s", round(slowest, 4))
+    print(f"\n100 watchers: the last was released {slowest * 1000:+.1f} ms after the failover")
+    assert slowest < 1.0
+
+
 def test_watch_times_out_with_the_same_epoch(
     control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
 ) -> None:

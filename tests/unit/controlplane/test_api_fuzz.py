@@ -7,6 +7,8 @@ token sent on every request so mutations get past auth. Bounded and deterministi
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, TOKEN, StubKafka, make_service
 
 _dir = Path(tempfile.mkdtemp(prefix="sp-fuzz-"))
+atexit.register(shutil.rmtree, _dir, ignore_errors=True)
 _db = f"sqlite:///{_dir / 'cp.db'}"
 _service = make_service(_db, StubKafka())
 for _name, _bootstrap in BOOTSTRAPS.items():
