@@ -106,28 +106,28 @@ def serve(
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    sock = _bind(host, port)
-    service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
-    try:
-        if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
-            names = import_local_fleet(service, data_dir)
-            progress(f"registered local clusters {', '.join(names)} from {data_dir}")
-        app = create_app(settings, service)
-        import uvicorn
+    import uvicorn
 
-        config = uvicorn.Config(
-            app,
-            log_level=log_level,
-            access_log=access_log,
-            timeout_graceful_shutdown=5,
-        )
-        server = _server(config, app.state.hub)
-        bound_host, bound_port = sock.getsockname()[:2]
-        click.echo(f"control plane on http://{_url_host(bound_host)}:{bound_port} (store {db_url})")
-        server.run(sockets=[sock])
+    sock = _bind(host, port)
+    try:
+        service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
+        try:
+            if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
+                names = import_local_fleet(service, data_dir)
+                progress(f"registered local clusters {', '.join(names)} from {data_dir}")
+            app = create_app(settings, service)
+            config = uvicorn.Config(
+                app, log_level=log_level, access_log=access_log, timeout_graceful_shutdown=5
+            )
+            server = _server(config, app.state.hub)
+            bound_host, bound_port = sock.getsockname()[:2]
+            url = f"http://{_url_host(bound_host)}:{bound_port}"
+            click.echo(f"control plane on {url} (store {db_url})")
+            server.run(sockets=[sock])
+        finally:
+            service.close()
     finally:
         sock.close()
-        service.close()
 
 
 def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str]:
