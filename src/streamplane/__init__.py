@@ -5,6 +5,11 @@ The public API is what ``__all__`` lists; everything else may move.
 
 from __future__ import annotations
 
+__version__ = "0.1.0"  # before the imports below: submodules read it
+
+from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import (
     CodecError,
     ConfigError,
@@ -21,12 +26,11 @@ from streamplane.exceptions import (
     Unauthorized,
 )
 
-__version__ = "0.1.0"
-
 __all__ = [
     "CodecError",
     "ConfigError",
     "Conflict",
+    "ControlPlaneClient",
     "ControlPlaneError",
     "ControlPlaneUnavailable",
     "KafkaError",
@@ -35,6 +39,9 @@ __all__ = [
     "PrerequisiteMissing",
     "ProduceError",
     "RecordTooLarge",
+    "StreamConsumer",
+    "StreamMessage",
+    "StreamProducer",
     "StreamplaneError",
     "Unauthorized",
     "__version__",

@@ -10,23 +10,18 @@ Factories create uniquely named topics, producers and consumers and clean up aft
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.exceptions import NotFound
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.kafka.clients import make_consumer, make_producer
+from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import ClusterInfo, FleetDescriptor, FleetSpec, LocalFleet
 
 
@@ -126,93 +121,13 @@ def consumer_factory() -> Iterator[Callable[..., Consumer]]:
 
 
 # ---------------------------------------------------------------------- control plane
-class ControlPlaneProcess:
-    """`streamplane control-plane serve` as a subprocess on a fixed port and SQLite file.
-
-    ``stop()`` takes it away and ``start()`` brings it back on the same port and database,
-    so tests can exercise clients while the control plane is down.
-    """
-
-    def __init__(self, work_dir: Path, port: int, token: str) -> None:
-        self.work_dir = work_dir
-        self.port = port
-        self.token = token
-        self.url = f"http://127.0.0.1:{port}"
-        self.db_url = f"sqlite:///{work_dir / 'control-plane.db'}"
-        self.log_file = work_dir / "control-plane.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def client(self, timeout: float = 10.0) -> ControlPlaneClient:
-        return ControlPlaneClient(self.url, token=self.token, timeout=timeout)
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        if self.running:
-            return
-        args = [
-            sys.executable,
-            "-m",
-            "streamplane.cli",
-            "control-plane",
-            "serve",
-            "--db",
-            self.db_url,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--token",
-            self.token,
-            "--no-import-local",
-            "--log-level",
-            "warning",
-        ]
-        with self.log_file.open("ab") as log:
-            self._proc = subprocess.Popen(
-                args, cwd=self.work_dir, stdout=log, stderr=subprocess.STDOUT
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace").strip().splitlines()[-5:]
-                raise RuntimeError(f"control plane exited at start: {' | '.join(tail)}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"control plane did not answer on {self.url} in {timeout_s:.0f}s")
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def control_plane(
     tmp_path_factory: pytest.TempPathFactory, fleet: FleetDescriptor
 ) -> Iterator[ControlPlaneProcess]:
     """The control plane (subprocess) with local-a and local-b registered (tag env=local)."""
     cp = ControlPlaneProcess(
-        tmp_path_factory.mktemp("control-plane"), _free_port(), f"tok-{uuid.uuid4().hex}"
+        tmp_path_factory.mktemp("control-plane"), token=f"tok-{uuid.uuid4().hex}"
     )
     cp.start()
     try:

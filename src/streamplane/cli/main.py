@@ -9,6 +9,7 @@ import click
 from streamplane import __version__
 from streamplane.cli.clusters import clusters
 from streamplane.cli.control_plane import control_plane
+from streamplane.cli.dlq import dlq
 from streamplane.cli.local import local
 from streamplane.cli.run import run
 from streamplane.cli.streams import streams
@@ -26,6 +27,7 @@ cli.add_command(run)
 cli.add_command(control_plane)
 cli.add_command(clusters)
 cli.add_command(streams)
+cli.add_command(dlq)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -35,6 +36,18 @@ from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
 from streamplane.kafka.clients import consumer_config, producer_config
 
 log = logging.getLogger(__name__)
+
+# Errors that only mean "ask again shortly" while a group coordinator moves or loads.
+_COORDINATOR_MOVING = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "COORDINATOR_NOT_AVAILABLE",
+        "_TIMED_OUT",
+        "_TRANSPORT",
+        "REQUEST_TIMED_OUT",
+    }
+)
 
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 
@@ -59,7 +72,12 @@ class CommitStore:
         return side_topic(self._stream)
 
     def metadata_budget(self) -> int:
-        """The brokers' ``offset.metadata.max.bytes`` (smallest), read once."""
+        """Longest metadata the brokers accept, read once.
+
+        That is the smallest ``offset.metadata.max.bytes`` minus one: measured against
+        Kafka 4.4, a metadata string of exactly ``offset.metadata.max.bytes`` characters
+        is refused (OFFSET_METADATA_TOO_LARGE), one character less is accepted.
+        """
         if self._budget is None:
             admin = KafkaAdmin(self._bootstrap)
             try:
@@ -67,10 +85,10 @@ class CommitStore:
                 values = [
                     int(admin.describe_broker_configs(i)["offset.metadata.max.bytes"]) for i in ids
                 ]
-                self._budget = min(values) if values else DEFAULT_MAX_BYTES
+                self._budget = (min(values) if values else DEFAULT_MAX_BYTES) - 1
             except (KafkaError, KeyError, ValueError) as exc:
-                log.warning("could not read offset.metadata.max.bytes (%s); using 4096", exc)
-                self._budget = DEFAULT_MAX_BYTES
+                log.warning("could not read offset.metadata.max.bytes (%s); assuming 4096", exc)
+                self._budget = DEFAULT_MAX_BYTES - 1
         return self._budget
 
     # ------------------------------------------------------------------ commit
@@ -139,10 +157,7 @@ class CommitStore:
         """Committed (progress, offset) per partition; (None, None) when never committed."""
         if not tps:
             return {}
-        try:
-            committed = self._consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=15)
-        except _RawKafkaException as exc:
-            raise to_kafka_error(exc, "read committed offsets") from exc
+        committed = self._committed([TopicPartition(t, p) for t, p in tps])
         out: dict[tuple[str, int], tuple[PartitionProgress | None, int | None]] = {}
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else None
@@ -161,6 +176,23 @@ class CommitStore:
                     progress = None  # someone else committed a plain offset since
             out[(tp.topic, tp.partition)] = (progress, offset)
         return out
+
+    def _committed(
+        self, tps: list[TopicPartition], timeout_s: float = 30.0
+    ) -> list[TopicPartition]:
+        """OffsetFetch, retried while the group coordinator is moving or loading."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.1
+        while True:
+            try:
+                return list(self._consumer.committed(tps, timeout=10))
+            except _RawKafkaException as exc:
+                err = to_kafka_error(exc, "read committed offsets")
+                transient = err.retriable or err.code in _COORDINATOR_MOVING
+                if not transient or time.monotonic() + delay > deadline:
+                    raise err from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     def _read_spill(self, pointer: SpillPointer) -> PartitionProgress | None:
         reader = Consumer(

@@ -84,6 +84,7 @@ class StreamProducer:
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
         self._sent_since_poll = 0
+        self._epoch = 0
         self._opened = False
         self._closed = False
         # When the producer started writing to each epoch (monotonic seconds).
@@ -127,8 +128,8 @@ class StreamProducer:
 
     @property
     def epoch(self) -> int:
-        """The routing epoch this producer writes with."""
-        return self._watcher.table.epoch
+        """The routing epoch this producer writes with (0 before ``open``)."""
+        return self._epoch
 
     @property
     def routing(self) -> RoutingTable:
@@ -165,6 +166,7 @@ class StreamProducer:
             old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
+            self._epoch = table.epoch
             retired = [self._producers.pop(c) for c in old_clusters]
         for producer in retired:
             # Records already queued for the old cluster are still delivered there.

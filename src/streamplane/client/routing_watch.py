@@ -74,7 +74,7 @@ class RoutingWatcher:
                 self.connected = True
                 backoff = 0.1
             except ControlPlaneUnavailable:
-                if self.connected:
+                if self.connected and not self._stop.is_set():
                     log.warning(
                         "control plane unreachable: keeping routing epoch %d", current.epoch
                     )
@@ -83,7 +83,8 @@ class RoutingWatcher:
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
             except ControlPlaneError as exc:
-                log.warning("routing watch for %s failed: %s", self._stream, exc)
+                if not self._stop.is_set():
+                    log.warning("routing watch for %s failed: %s", self._stream, exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue

@@ -49,7 +49,7 @@ READABLE_STATES = frozenset({SegmentState.ACTIVE, SegmentState.DRAINING, Segment
 
 
 def validate_stream_name(name: str) -> str:
-    if not _STREAM_NAME.match(name):
+    if not _STREAM_NAME.fullmatch(name):
         raise ConfigError(
             f"invalid stream name {name!r}: use 1-63 lower-case letters, digits and '-', "
             "starting with a letter or digit"
@@ -58,7 +58,7 @@ def validate_stream_name(name: str) -> str:
 
 
 def validate_lane_name(name: str) -> str:
-    if not _LANE_NAME.match(name):
+    if not _LANE_NAME.fullmatch(name):
         raise ConfigError(
             f"invalid lane name {name!r}: use 1-31 lower-case letters, digits and '-', "
             "starting with a letter"
@@ -67,7 +67,7 @@ def validate_lane_name(name: str) -> str:
 
 
 def validate_cluster_name(name: str) -> str:
-    if not _CLUSTER_NAME.match(name):
+    if not _CLUSTER_NAME.fullmatch(name):
         raise ConfigError(
             f"invalid cluster name {name!r}: use 1-63 letters, digits, '.', '_' and '-'"
         )

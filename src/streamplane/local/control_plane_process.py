@@ -1,4 +1,8 @@
-"""Run the control plane as a child process (for `make run`, tests and benchmarks)."""
+"""Run the control plane as a child process (for `make run`, tests and benchmarks).
+
+``stop()`` takes it away and ``start()`` brings it back on the same port and database,
+so clients can be exercised while the control plane is down.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.exceptions import LocalFleetError
 
 
@@ -30,12 +35,15 @@ class ControlPlaneProcess:
         port: int | None = None,
         token: str | None = None,
         db_url: str | None = None,
+        log_level: str = "warning",
     ) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
         self.port = port or free_port()
         self.token = token or secrets.token_urlsafe(24)
         self.db_url = db_url or f"sqlite:///{state_dir / 'control-plane.db'}"
+        self.log_file = state_dir / "control-plane.log"
+        self.log_level = log_level
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -46,35 +54,34 @@ class ControlPlaneProcess:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def client(self, timeout: float = 10.0) -> ControlPlaneClient:
+        return ControlPlaneClient(self.url, token=self.token, timeout=timeout)
+
     def start(self, timeout_s: float = 30.0) -> None:
-        log = open(self.state_dir / "control-plane.log", "ab")  # noqa: SIM115 (child owns it)
-        self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamplane.cli",
-                "control-plane",
-                "serve",
-                "--db",
-                self.db_url,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--token",
-                self.token,
-                "--no-import-local",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
+        if self.running:
+            return
+        args = [
+            sys.executable, "-m", "streamplane.cli", "control-plane", "serve",
+            "--db", self.db_url, "--host", "127.0.0.1", "--port", str(self.port),
+            "--token", self.token, "--no-import-local", "--log-level", self.log_level,
+        ]  # fmt: skip
+        with self.log_file.open("ab") as log:
+            self._proc = subprocess.Popen(
+                args,
+                cwd=self.state_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                tail = (self.state_dir / "control-plane.log").read_text(errors="replace")[-500:]
-                raise LocalFleetError(f"control plane exited at start: {tail.strip()}")
+                tail = self.log_file.read_text(errors="replace").strip().splitlines()[-5:]
+                raise LocalFleetError(f"control plane exited at start: {' | '.join(tail)}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
                     return

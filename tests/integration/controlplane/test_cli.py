@@ -9,8 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.conftest import ControlPlaneProcess, _free_port
 
 CLI = [sys.executable, "-m", "streamplane.cli"]
 
@@ -153,7 +153,7 @@ def test_cli_errors_are_one_line(control_plane: ControlPlaneProcess, tmp_path: P
         env={k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")},
     )
     assert "missing API token" in one_error_line(env_less)
-    unreachable = f"http://127.0.0.1:{_free_port()}"
+    unreachable = f"http://127.0.0.1:{free_port()}"
     err = one_error_line(run_cli(None, "streams", "list", "--url", unreachable))
     assert err.startswith(f"error: control plane at {unreachable} is unreachable")
 
@@ -194,7 +194,7 @@ def test_serve_errors(control_plane: ControlPlaneProcess, tmp_path: Path) -> Non
 def test_serve_writes_a_token_file_and_imports_the_local_fleet(
     fleet: FleetDescriptor, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
     proc = subprocess.Popen(
         [

@@ -18,8 +18,8 @@ from streamplane.exceptions import (
     Unauthorized,
 )
 from streamplane.kafka.admin import KafkaAdmin
+from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.conftest import ControlPlaneProcess, _free_port
 
 
 def _topics(fleet: FleetDescriptor, cluster: str) -> dict[str, int]:
@@ -245,7 +245,7 @@ def test_bad_input_errors(control_plane: ControlPlaneProcess) -> None:
 
 
 def test_unreachable_control_plane() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     with ControlPlaneClient(url, timeout=2.0) as cp, pytest.raises(ControlPlaneUnavailable) as err:
         cp.routing("anything")
     message = str(err.value)
