@@ -19,6 +19,7 @@ Figures (times are medians; the machine is shared and noisy):
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -88,7 +89,7 @@ def moved(before: Mapping[WorkUnit, str], after: Mapping[WorkUnit, str]) -> int:
 
 
 def member_load(units: frozenset[WorkUnit], throughput: Mapping[WorkUnit, float]) -> MemberLoad:
-    records = sum(throughput[u] for u in units)
+    records = math.fsum(throughput[u] for u in units)  # exact: no dependence on set order
     return MemberLoad(
         cpu=min(1.0, BASE_CPU + records / SPEED),
         records_per_s=records,
