@@ -65,7 +65,9 @@ status is the worst of its partitions.
 History and cost
 ----------------
 Each partition keeps a ring of ``history_size`` samples (time, time lag, offset lag) in
-three flat arrays shared by the whole model (20 bytes a sample). Samples are taken at
+three flat arrays shared by the whole model: int64 ms, float32 s, int32 records (16
+bytes a sample; an offset lag beyond 2**31 - 1 is recorded as 2**31 - 1, which no chart
+or trend can tell apart). Samples are taken at
 end-offset observations and by ``sample(now_ms)``, not at commits: a commit only
 updates the partition's state (the cheap, frequent path), and the next observation
 samples the lag it left. Samples fall into buckets of ``history_interval_s`` aligned on
@@ -99,6 +101,7 @@ __all__ = [
 
 _NEVER = -(1 << 62)  # a time before any other: "not yet"
 _NAN = math.nan
+_MAX_SAMPLED_OFFSET_LAG = (1 << 31) - 1  # history stores offset lags as int32
 
 
 class LagStatus(enum.IntEnum):
@@ -272,8 +275,9 @@ class LagModel:
         self._slots = 0
         self._h_time = array("q")
         self._h_tlag = array("f")
-        self._h_olag = array("q")
+        self._h_olag = array("i")
         self._blank_time = array("q", [0]) * self._hsize
+        self._blank_olag = array("i", [0]) * self._hsize
         self._blank_tlag = array("f", [0.0]) * self._hsize
 
     # --- bookkeeping ---------------------------------------------------------------
@@ -302,7 +306,7 @@ class LagModel:
             self._slots += 1
             self._h_time.extend(self._blank_time)
             self._h_tlag.extend(self._blank_tlag)
-            self._h_olag.extend(self._blank_time)
+            self._h_olag.extend(self._blank_olag)
         log_end = self._log_end(key[1], key[2])
         p = self._parts[key] = _Partition(labels, log_end, slot * self._hsize)
         log_end.members = (*log_end.members, p)
@@ -434,6 +438,8 @@ class LagModel:
         return -1, self._time_lag(p, now_ms)
 
     def _push(self, p: _Partition, t: int, tlag: float, olag: int) -> None:
+        if olag > _MAX_SAMPLED_OFFSET_LAG:
+            olag = _MAX_SAMPLED_OFFSET_LAG
         times = self._h_time
         if p.count:
             last = p.base + p.newest

@@ -344,6 +344,14 @@ def test_history_is_a_bounded_ring() -> None:
     assert [s.offset_lag for s in history] == [9994, 9993, 9992, 9991]
 
 
+def test_history_saturates_huge_offset_lags() -> None:
+    m = LagModel()
+    m.observe_commit("g", "t", 0, 5, 0)
+    m.observe_end_offset("t", 0, 2**40, 1 * S)
+    assert m.history("g", "t", 0) == [LagSample(1 * S, None, 2**31 - 1)]
+    assert lag(m, 1).offset_lag == 2**40 - 5  # the live figure is exact
+
+
 def test_sample_adds_a_point_to_every_partition() -> None:
     m = LagModel()
     m.observe_end_offset("t", 0, 100, 0)
