@@ -65,16 +65,15 @@ status is the worst of its partitions.
 History and cost
 ----------------
 Each partition keeps a ring of ``history_size`` samples (time, time lag, offset lag) in
-three flat arrays shared by the whole model: int64 ms, float32 s, int32 records (16
-bytes a sample; an offset lag beyond 2**31 - 1 is recorded as 2**31 - 1, which no chart
-or trend can tell apart). Samples are taken at
-end-offset observations and by ``sample(now_ms)``, not at commits: a commit only
-updates the partition's state (the cheap, frequent path), and the next observation
-samples the lag it left. Samples fall into buckets of ``history_interval_s`` aligned on
-the epoch; a sample in the same bucket as the newest one replaces it, so charts get at
-most one point per bucket, and samples older than the newest are dropped. Partition
-state is a ``__slots__`` object; an update allocates nothing but small ints and the key
-tuple.
+three flat arrays shared by the whole model: int64 ms, float32 s, int32 records, 16 bytes
+a sample (an offset lag above 2**31 - 1 is recorded as 2**31 - 1; the live figure stays
+exact). Samples are taken at end-offset observations and by ``sample(now_ms)``, not at
+commits: a commit only updates the partition's state (the cheap, frequent path), and
+the next observation samples the lag it left. Samples fall into buckets of
+``history_interval_s`` aligned on the epoch; a sample in the same bucket as the newest
+one replaces it, so charts get at most one point per bucket, and samples older than the
+newest are dropped. Partition state is a ``__slots__`` object; an update allocates
+nothing but small ints and the key tuple.
 """
 
 from __future__ import annotations
