@@ -15,11 +15,10 @@ bound memory; end offsets are observed between chunks, also untimed.
 
 Timed, per run (CPU time of this process; wall time in brackets, the machine is shared):
 
-  decode_record    the plain function, no key cache
-  decoder          ``OffsetsTopicDecoder.decode`` (keys decoded once, then looked up)
-  decoder+model    decoder, then ``LagModel.observe_commit`` with the low watermark
-                   handed over alongside (as extracted by the commit-log codec)
-  full             decoder + ``commitlog.peek_low_watermark_timestamp(metadata)``
+  decode           ``decode_record`` alone
+  decode+model     ``decode_record``, then ``LagModel.observe_commit`` with the low
+                   watermark handed over alongside (as the commit-log codec extracts it)
+  full             ``decode_record`` + ``commitlog.peek_low_watermark_timestamp(metadata)``
                    + ``observe_commit``: what the control plane does per record
 
 Prints the median of the runs against the target.
@@ -41,7 +40,6 @@ from streamplane.core.commitlog import PartitionProgress, encode, peek_low_water
 from streamplane.core.lag import LagModel
 from streamplane.core.offsets_topic import (
     OffsetCommit,
-    OffsetsTopicDecoder,
     decode_record,
     encode_offset_commit_key,
     encode_offset_commit_value,
@@ -145,11 +143,10 @@ def describe(pool: list[tuple[str | None, int | None]], sample: Chunk) -> None:
 
 
 class Pipeline:
-    """One way of consuming the records; its decoder cache and lag model persist across
-    the chunks of a run."""
+    """One way of consuming the records; its lag model persists across the chunks of a
+    run."""
 
     def __init__(self) -> None:
-        self.decoder = OffsetsTopicDecoder()
         self.model = LagModel()
 
     def before_chunk(self, chunk: Chunk) -> None:
@@ -159,16 +156,8 @@ class Pipeline:
             observe(topic, partition, end, chunk.observed_ms)
 
 
-def plain(_: Pipeline, chunk: Chunk) -> int:
-    n = 0
-    for key, value in zip(chunk.keys, chunk.values, strict=True):
-        if type(decode_record(key, value)) is OffsetCommit:
-            n += 1
-    return n
-
-
-def cached(pipeline: Pipeline, chunk: Chunk) -> int:
-    decode = pipeline.decoder.decode
+def decode_only(_: Pipeline, chunk: Chunk) -> int:
+    decode = decode_record
     n = 0
     for key, value in zip(chunk.keys, chunk.values, strict=True):
         if type(decode(key, value)) is OffsetCommit:
@@ -177,7 +166,7 @@ def cached(pipeline: Pipeline, chunk: Chunk) -> int:
 
 
 def with_model(pipeline: Pipeline, chunk: Chunk) -> int:
-    decode = pipeline.decoder.decode
+    decode = decode_record
     observe = pipeline.model.observe_commit
     n = 0
     for key, value, lw in zip(chunk.keys, chunk.values, chunk.low_watermarks, strict=True):
@@ -189,7 +178,7 @@ def with_model(pipeline: Pipeline, chunk: Chunk) -> int:
 
 
 def full(pipeline: Pipeline, chunk: Chunk) -> int:
-    decode = pipeline.decoder.decode
+    decode = decode_record
     observe = pipeline.model.observe_commit
     peek = peek_low_watermark_timestamp
     n = 0
@@ -203,9 +192,8 @@ def full(pipeline: Pipeline, chunk: Chunk) -> int:
 
 
 MODES: dict[str, Callable[[Pipeline, Chunk], int]] = {
-    "decode_record": plain,
-    "decoder": cached,
-    "decoder+model": with_model,
+    "decode": decode_only,
+    "decode+model": with_model,
     "full": full,
 }
 

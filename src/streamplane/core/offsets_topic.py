@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from streamplane.exceptions import CodecError, ConfigError
+from streamplane.exceptions import CodecError
 
 __all__ = [
     "BytesLike",
@@ -52,7 +52,6 @@ __all__ = [
     "OffsetCommitValue",
     "OffsetTombstone",
     "OffsetsRecord",
-    "OffsetsTopicDecoder",
     "UnknownKey",
     "UnknownRecord",
     "decode_key",
@@ -373,10 +372,15 @@ def decode_value(value: BytesLike | None) -> OffsetCommitValue | None:
     return OffsetCommitValue(offset, epoch, metadata, commit_ts, expire, version, topic_id)
 
 
-def _record_from_parsed_key(
-    key: bytes, parsed: tuple[int, str, str, int], value: BytesLike | None
-) -> OffsetsRecord:
-    kversion, group, topic, partition = parsed
+def decode_record(key: BytesLike, value: BytesLike | None) -> OffsetsRecord:
+    """Decode one ``__consumer_offsets`` record.
+
+    Returns an ``OffsetCommit``, an ``OffsetTombstone``, a ``GroupMetadataRecord`` or,
+    for key versions this decoder does not know, an ``UnknownRecord`` (skip it).
+    Raises ``CodecError`` on truncated or malformed bytes.
+    """
+    raw_key = key if type(key) is bytes else _as_bytes(key, "key")
+    kversion, group, topic, partition = _parse_key(raw_key)
     if kversion == 0 or kversion == 1:
         if value is None:
             return OffsetTombstone(group, topic, partition)
@@ -392,62 +396,7 @@ def _record_from_parsed_key(
         if len(raw) < 2:
             raise CodecError(f"group metadata value too short: {len(raw)} byte(s)")
         return GroupMetadataRecord(group, _I16.unpack_from(raw)[0], raw)
-    return UnknownRecord(kversion, key, None if value is None else _as_bytes(value, "value"))
-
-
-def decode_record(key: BytesLike, value: BytesLike | None) -> OffsetsRecord:
-    """Decode one ``__consumer_offsets`` record.
-
-    Returns an ``OffsetCommit``, an ``OffsetTombstone``, a ``GroupMetadataRecord`` or,
-    for key versions this decoder does not know, an ``UnknownRecord`` (skip it).
-    Raises ``CodecError`` on truncated or malformed bytes.
-    """
-    raw = key if type(key) is bytes else _as_bytes(key, "key")
-    return _record_from_parsed_key(raw, _parse_key(raw), value)
-
-
-class OffsetsTopicDecoder:
-    """``decode_record`` for a stream of records, remembering the keys it decoded.
-
-    Every partition of every group commits again and again under the same key, so
-    keys are decoded once and looked up afterwards; group and topic names are shared
-    between keys. The cache holds at most ``key_cache_size`` keys and is simply
-    emptied when full (a scan of a compacted topic then refills it).
-    """
-
-    __slots__ = ("_keys", "_max_keys", "_names")
-
-    def __init__(self, key_cache_size: int = 131_072) -> None:
-        if key_cache_size < 0:
-            raise ConfigError(f"key_cache_size must be >= 0, not {key_cache_size}")
-        self._max_keys = key_cache_size
-        self._keys: dict[bytes, tuple[int, str, str, int]] = {}
-        self._names: dict[str, str] = {}
-
-    def decode(self, key: BytesLike, value: BytesLike | None) -> OffsetsRecord:
-        """Same contract as ``decode_record``."""
-        raw = key if type(key) is bytes else _as_bytes(key, "key")
-        parsed = self._keys.get(raw)
-        if parsed is None:
-            version, group, topic, partition = _parse_key(raw)
-            names = self._names
-            parsed = (
-                version,
-                names.setdefault(group, group),
-                names.setdefault(topic, topic),
-                partition,
-            )
-            if len(self._keys) >= self._max_keys:
-                self._keys.clear()
-                self._names.clear()
-            if self._max_keys:
-                self._keys[raw] = parsed
-        return _record_from_parsed_key(raw, parsed, value)
-
-    def clear(self) -> None:
-        """Forget every cached key."""
-        self._keys.clear()
-        self._names.clear()
+    return UnknownRecord(kversion, raw_key, None if value is None else _as_bytes(value, "value"))
 
 
 def _fast_constructor_for_offset_commit() -> Any:

@@ -16,7 +16,6 @@ from streamplane.core.offsets_topic import (
     OffsetCommit,
     OffsetCommitKey,
     OffsetCommitValue,
-    OffsetsTopicDecoder,
     OffsetTombstone,
     UnknownKey,
     UnknownRecord,
@@ -28,7 +27,7 @@ from streamplane.core.offsets_topic import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from streamplane.exceptions import CodecError, ConfigError
+from streamplane.exceptions import CodecError
 
 TOPIC_ID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 
@@ -209,7 +208,6 @@ def test_encode_decode_every_version(
     )  # fmt: skip
     key, value = encode_commit(commit, key_version=key_version)
     assert decode_record(key, value) == commit
-    assert OffsetsTopicDecoder().decode(key, value) == commit
     assert decode_key(key) == OffsetCommitKey("group-a", "orders", 7, key_version)
     decoded = decode_value(value)
     assert decoded is not None
@@ -259,7 +257,6 @@ def test_unknown_key_versions_are_skipped(key: bytes) -> None:
     assert decode_key(key) == UnknownKey(version, key)
     assert decode_record(key, b"\x00\x01garbage") == UnknownRecord(version, key, b"\x00\x01garbage")
     assert decode_record(key, None) == UnknownRecord(version, key, None)
-    assert OffsetsTopicDecoder().decode(key, None) == UnknownRecord(version, key, None)
 
 
 def test_buffer_types_are_accepted() -> None:
@@ -267,7 +264,6 @@ def test_buffer_types_are_accepted() -> None:
     expected = decode_record(KEY_V1, value)
     assert decode_record(bytearray(KEY_V1), memoryview(value)) == expected
     assert decode_value(bytearray(value)) == VALUE_VECTORS[3][1]
-    assert OffsetsTopicDecoder().decode(bytearray(KEY_V1), bytearray(value)) == expected
 
 
 # --- garbage -------------------------------------------------------------------------
@@ -345,8 +341,6 @@ def test_every_strict_prefix_of_a_key_is_rejected() -> None:
 def test_wrong_types_and_missing_key() -> None:
     with pytest.raises(CodecError, match="without a key"):
         decode_record(None, b"")  # type: ignore[arg-type]
-    with pytest.raises(CodecError, match="without a key"):
-        OffsetsTopicDecoder().decode(None, b"")  # type: ignore[arg-type]
     with pytest.raises(CodecError, match="must be bytes"):
         decode_value("0003")  # type: ignore[arg-type]
     with pytest.raises(CodecError, match="must be bytes"):
@@ -400,38 +394,6 @@ def test_encoder_rejects_oversized_strings_and_bad_keys() -> None:
         encode_offset_commit_key("g", "t", 2**31)
 
 
-# --- the caching decoder -------------------------------------------------------------
-
-
-def test_decoder_cache_is_bounded_and_shares_names() -> None:
-    decoder = OffsetsTopicDecoder(key_cache_size=3)
-    value = encode_offset_commit_value(5, None, 6)
-    records = [
-        decoder.decode(encode_offset_commit_key("group", "topic", p), value) for p in range(10)
-    ]
-    assert [r.partition for r in records if isinstance(r, OffsetCommit)] == list(range(10))
-    assert len(decoder._keys) <= 3
-    first, second = records[8], records[9]
-    assert isinstance(first, OffsetCommit) and isinstance(second, OffsetCommit)
-    assert first.group is second.group
-    decoder.clear()
-    assert not decoder._keys
-    uncached = OffsetsTopicDecoder(key_cache_size=0)
-    assert uncached.decode(KEY_V1, None) == OffsetTombstone("g1", "t", 3)
-    assert not uncached._keys
-    with pytest.raises(ConfigError):
-        OffsetsTopicDecoder(key_cache_size=-1)
-
-
-def test_decoder_errors_do_not_poison_the_cache() -> None:
-    decoder = OffsetsTopicDecoder()
-    with pytest.raises(CodecError):
-        decoder.decode(KEY_V1[:-1], None)
-    with pytest.raises(CodecError):
-        decoder.decode(KEY_V1, b"\x00\x09")
-    assert decoder.decode(KEY_V1, None) == OffsetTombstone("g1", "t", 3)
-
-
 # --- hypothesis round trips ------------------------------------------------------------
 
 names = st.text(max_size=40)
@@ -459,7 +421,6 @@ def commits(draw: st.DrawFn) -> OffsetCommit:
 def test_round_trip(commit: OffsetCommit, key_version: int) -> None:
     key, value = encode_commit(commit, key_version=key_version)
     assert decode_record(key, value) == commit
-    assert OffsetsTopicDecoder().decode(key, value) == commit
 
 
 @given(
