@@ -28,9 +28,13 @@ Burrow reads the v4 compact length as a single byte, so metadata of 127 bytes or
 comes out wrong there; here the varint is read in full (streamplane's metadata is
 usually longer than that).
 
+A leader epoch of -1 (Kafka's "unknown") and a v1 expire timestamp of -1 come out as
+None. Truncated, overlong or malformed bytes raise ``CodecError`` saying where.
+
 Hot path: ``decode_record`` on an offset commit does a handful of precompiled
-``struct`` unpacks, two or three slices and UTF-8 decodes, and builds one object.
-The encoders are there to build synthetic records for tests and benchmarks.
+``struct`` unpacks, two or three slices and UTF-8 decodes, and builds one object
+(through the slot descriptors, skipping the frozen ``__init__``'s per-field
+``object.__setattr__``). The encoders build synthetic records for tests and benchmarks.
 """
 
 from __future__ import annotations
