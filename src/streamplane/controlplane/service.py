@@ -110,8 +110,8 @@ class StreamSpec:
     max_record_bytes: int = 1_048_576
 
     def validate(self) -> None:
-        check_stream_name(self.name)
-        check_cluster_name(self.cluster)
+        validate_stream_name(self.name)
+        validate_cluster_name(self.cluster)
         check_lanes(self.lanes)
         for what, value, high in (
             ("partitions", self.partitions, MAX_PARTITIONS),
@@ -124,26 +124,9 @@ class StreamSpec:
         validate_topic_config(self.config)
 
 
-def check_name(validate: Callable[[str], str], value: str) -> str:
-    """A core name validator, also refusing line breaks (the core's ``$`` lets a final
-    newline through)."""
-    validate(value)
-    if "\n" in value:
-        raise ConfigError(f"invalid name {value!r}: no line breaks")
-    return value
-
-
-def check_stream_name(name: str) -> str:
-    return check_name(validate_stream_name, name)
-
-
-def check_cluster_name(name: str) -> str:
-    return check_name(validate_cluster_name, name)
-
-
 def check_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
     for lane in lanes:
-        check_name(validate_lane_name, lane)
+        validate_lane_name(lane)
     return tuple(lanes)
 
 
@@ -235,7 +218,7 @@ class ControlPlaneService:
     def register_cluster(
         self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None, actor: str = "api"
     ) -> ClusterRecord:
-        check_cluster_name(name)
+        validate_cluster_name(name)
         now = utcnow()
         record = ClusterRecord(
             name=name,
@@ -255,7 +238,7 @@ class ControlPlaneService:
         tags: Mapping[str, str] | None = None,
         actor: str = "api",
     ) -> ClusterRecord:
-        check_cluster_name(name)
+        validate_cluster_name(name)
         bootstrap = None if bootstrap is None else validate_bootstrap(bootstrap)
         tags = None if tags is None else validate_tags(tags)
         detail: dict[str, Any] = {"cluster": name}
@@ -269,13 +252,13 @@ class ControlPlaneService:
         return record
 
     def delete_cluster(self, name: str, actor: str = "api") -> None:
-        check_cluster_name(name)
+        validate_cluster_name(name)
         self.store.delete_cluster(
             name, AuditEntry(actor, "cluster.delete", None, {"cluster": name})
         )
 
     def get_cluster(self, name: str) -> ClusterRecord:
-        check_cluster_name(name)
+        validate_cluster_name(name)
         return self.store.get_cluster(name)
 
     def list_clusters(self, tags: Mapping[str, str] | None = None) -> list[ClusterRecord]:
@@ -335,7 +318,7 @@ class ControlPlaneService:
         return record, table
 
     def delete_stream(self, name: str, delete_topics: bool = True, actor: str = "api") -> None:
-        check_stream_name(name)
+        validate_stream_name(name)
         with self._stream_lock(name):
             table = self.store.routing(name)
             deleted: list[str] = []
@@ -362,7 +345,7 @@ class ControlPlaneService:
         self._notify(name, None)
 
     def get_stream(self, name: str) -> tuple[StreamRecord, RoutingTable]:
-        check_stream_name(name)
+        validate_stream_name(name)
         return self.store.stream_with_routing(name)
 
     def list_streams(self) -> list[tuple[StreamRecord, list[str]]]:
@@ -371,7 +354,7 @@ class ControlPlaneService:
         return [(s, active.get(s.name, [])) for s in self.store.list_streams()]
 
     def routing(self, name: str) -> RoutingTable:
-        check_stream_name(name)
+        validate_stream_name(name)
         return self.store.routing(name)
 
     # ------------------------------------------------------------------ routing changes
@@ -389,8 +372,8 @@ class ControlPlaneService:
         The new topics are created first; then, in one epoch, they become the lanes'
         active segments and the old ones start draining.
         """
-        check_stream_name(name)
-        check_cluster_name(cluster)
+        validate_stream_name(name)
+        validate_cluster_name(cluster)
         if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
             raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}")
         with self._stream_lock(name):
@@ -441,7 +424,7 @@ class ControlPlaneService:
         actor: str = "api",
     ) -> RoutingTable:
         """Move one segment forward in its life cycle (draining -> sealed -> retired)."""
-        check_stream_name(name)
+        validate_stream_name(name)
         with self._stream_lock(name):
             table = self.store.routing(name)
             new = transition(table, topic, cluster, to, sealed_end_offsets)
@@ -460,7 +443,7 @@ class ControlPlaneService:
 
     def audit(self, stream: str | None = None, limit: int = 100) -> list[AuditEntry]:
         if stream is not None:
-            check_stream_name(stream)
+            validate_stream_name(stream)
         return self.store.audit(stream, limit)
 
     # ------------------------------------------------------------------ helpers

@@ -27,7 +27,7 @@ def tiny_cluster(
         )
     )
     cluster = desc.cluster("tiny")
-    control_plane.client().register_cluster("tiny", cluster.bootstrap, tags={"env": "test"})
+    control_plane.client().register_cluster("tiny", cluster.bootstrap, tags={"env": "tiny"})
     yield cluster
     control_plane.client().delete_cluster("tiny")
     fleet.down(purge=True)

@@ -184,8 +184,8 @@ def test_create_stream_defaults(http: TestClient) -> None:
     ("extra", "status", "message"),
     [
         ({"name": "Bad_Name"}, 400, "invalid stream name"),
-        ({"name": "orders\n"}, 400, "no line breaks"),
-        ({"lanes": ["bulk\n"]}, 400, "no line breaks"),
+        ({"name": "orders\n"}, 400, "invalid stream name"),
+        ({"lanes": ["bulk\n"]}, 400, "invalid lane name"),
         ({"lanes": ["dlq"]}, 400, "the dlq lane is implicit"),
         ({"lanes": ["a", "a"]}, 400, "listed twice"),
         ({"lanes": ["9x"]}, 400, "invalid lane name"),
