@@ -8,6 +8,7 @@ a live failover from local-a to local-b in the middle of the run.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import Counter
@@ -31,14 +32,19 @@ POISON_EVERY = 100
 @click.command("run")
 @click.option("--keep", is_flag=True, help="Leave the fleet and the control plane running.")
 @click.option("--records", type=int, default=20_000, show_default=True, help="Records to send.")
+@click.option("--rate", type=int, default=5_000, show_default=True, help="Records per second.")
 @data_dir_option
-def run(keep: bool, records: int, data_dir: Path) -> None:
+def run(keep: bool, records: int, rate: int, data_dir: Path) -> None:
     """Fleet up, round trips, a stream with a live failover mid-run, a summary."""
     if records < 100:
         raise click.BadParameter("must be at least 100", param_hint="--records")
+    if rate < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--rate")
     fleet = LocalFleet(data_dir)
     fleet.down()
     desc = fleet.up(FleetSpec(data_dir=data_dir), progress=progress)
+    # A fresh fleet gets a fresh control-plane state (the old one names dead ports).
+    shutil.rmtree(data_dir / "control-plane", ignore_errors=True)
     cp = ControlPlaneProcess(data_dir / "control-plane")
     try:
         for cluster in desc.clusters.values():
@@ -51,7 +57,7 @@ def run(keep: bool, records: int, data_dir: Path) -> None:
         for cluster in desc.clusters.values():
             client.register_cluster(cluster.name, cluster.bootstrap, {"env": "local"})
         client.create_stream(STREAM, "local-a", partitions=6)
-        _stream_demo(cp, records)
+        _stream_demo(cp, records, rate)
         click.echo(status_table(fleet.status()))
     finally:
         if keep:
@@ -66,7 +72,7 @@ def run(keep: bool, records: int, data_dir: Path) -> None:
             click.echo("fleet and control plane stopped")
 
 
-def _stream_demo(cp: ControlPlaneProcess, records: int) -> None:
+def _stream_demo(cp: ControlPlaneProcess, records: int, rate: int) -> None:
     client = cp.client()
     handled: Counter[int] = Counter()
     clusters: Counter[str] = Counter()
@@ -86,13 +92,19 @@ def _stream_demo(cp: ControlPlaneProcess, records: int) -> None:
         target=consumer.run, args=(handler,), kwargs={"concurrency": 4, "stop": stop}, daemon=True
     )
     worker.start()
-    progress(f"producing {records} records ({100 // POISON_EVERY}% poison), failover half-way")
+    progress(
+        f"producing {records} records at {rate}/s ({100 // POISON_EVERY}% poison), "
+        "failover half-way"
+    )
     started = time.monotonic()
     with StreamProducer(STREAM, client) as producer:
         failover_at: float | None = None
         switch_s: float | None = None
         new_epoch = 0
         for i in range(records):
+            ahead = started + i / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
             producer.send(str(i).encode(), key=str(i % 64).encode())
             if i == records // 2:
                 failover_at = time.monotonic()
