@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["StreamMessage"], object]
 
+# Records handed out between two rounds of housekeeping (routing, retries, dlq
+# callbacks, commits, flow control) while the buffers are not empty.
+_HOUSEKEEPING_EVERY = 256
+
 
 class StreamMessage:
     """One record handed to the application. Settle it with ack, nack or reject."""
@@ -77,6 +81,7 @@ class StreamMessage:
         headers: list[tuple[str, bytes]] | None,
         timestamp_ms: int,
         attempts: int,
+        first_seen_ms: int,
     ) -> None:
         self._consumer = consumer
         self._state = state
@@ -87,7 +92,7 @@ class StreamMessage:
         self.headers = headers
         self.timestamp_ms = timestamp_ms
         self.attempts = attempts  # attempts before this delivery
-        self.first_seen_ms = int(time.time() * 1000)
+        self.first_seen_ms = first_seen_ms  # when this consumer first fetched it
         self.last_error: str | None = None
 
     @property
@@ -177,11 +182,15 @@ class StreamConsumer:
         self.read_only = read_only  # never commit (for browsing, e.g. `dlq list`)
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # re-entered: dlq callbacks run inside send()
         self._consumers: dict[str, Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
         self._states: dict[PartitionKey, PartitionState] = {}
+        # The same states by cluster, then (topic, partition): the fetch path's lookup.
+        self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
+        self._dlq_pending = 0
+        self._until_housekeeping = 0
         self._buffers: list[deque[StreamMessage]] = []
         self._lane_order: dict[str, int] = {}
         self._retries: list[tuple[float, int, StreamMessage]] = []
@@ -280,6 +289,7 @@ class StreamConsumer:
             for k in gone:
                 by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
                 del self._states[k]
+                self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
             for cluster, tps in by_cluster.items():
                 self._consumer(cluster).incremental_unassign(tps)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
@@ -295,6 +305,7 @@ class StreamConsumer:
                 progress, committed = restored.get((k.topic, k.partition), (None, None))
                 state.restore(progress, committed)
                 self._states[k] = state
+                self._states_by_cluster.setdefault(k.cluster, {})[(k.topic, k.partition)] = state
                 start = state.base if state.base is not None else OFFSET_BEGINNING
                 tps.append(TopicPartition(k.topic, k.partition, start))
             consumer.incremental_assign(tps)
@@ -311,9 +322,16 @@ class StreamConsumer:
         """The next record by lane priority, or None after ``timeout`` seconds."""
         if not self._opened:
             self.open()
+        # Fast path: hand out a buffered record; housekeeping every so many records.
+        if self._until_housekeeping > 0:
+            msg = self._next_buffered()
+            if msg is not None:
+                self._until_housekeeping -= 1
+                return msg
         deadline = time.monotonic() + timeout
         while True:
             self._housekeeping()
+            self._until_housekeeping = _HOUSEKEEPING_EVERY
             msg = self._next_buffered()
             if msg is not None:
                 return msg
@@ -330,9 +348,11 @@ class StreamConsumer:
                 self._assign(pending)
         if self._retries:
             self._release_due_retries()
-        self._poll_dlq(0)
+        if self._dlq_pending:
+            self._poll_dlq(0)
         if time.monotonic() - self._last_commit >= self.commit_interval_s:
             self.commit()
+        self._flow_control()
 
     def _next_buffered(self) -> StreamMessage | None:
         for buf in self._buffers:
@@ -358,11 +378,11 @@ class StreamConsumer:
             if batch:
                 got_any = True
                 self._accept(cluster, batch)
-        self._flow_control()
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:
-        states = self._states
+        states = self._states_by_cluster.get(cluster, {})
         buffers = self._buffers
+        now_ms = int(time.time() * 1000)
         with self._lock:
             for m in batch:
                 err = m.error()
@@ -370,13 +390,14 @@ class StreamConsumer:
                     if err.code() != -191:  # _PARTITION_EOF
                         log.warning("fetch error on %s: %s", cluster, err)
                     continue
-                state = states.get(PartitionKey(cluster, m.topic() or "", m.partition() or 0))
+                state = states.get((m.topic(), m.partition()))  # type: ignore[arg-type]
                 offset = m.offset()
                 if state is None or offset is None:
                     continue
                 ts = m.timestamp()[1]
                 if not state.on_fetch(offset, ts):
                     continue
+                attempts = state.attempts
                 buffers[state.priority].append(
                     StreamMessage(
                         self,
@@ -386,7 +407,8 @@ class StreamConsumer:
                         m.value(),
                         m.headers(),  # type: ignore[arg-type]
                         ts,
-                        state.attempts.get(offset, 0),
+                        attempts.get(offset, 0) if attempts else 0,
+                        now_ms,
                     )
                 )
 
@@ -456,6 +478,7 @@ class StreamConsumer:
 
         def delivered(err: object, _m: Message) -> None:
             with self._lock:
+                self._dlq_pending -= 1
                 if err is None:
                     state.settle(offset, rejected=True)
                     self.stats["rejected"] += 1
@@ -466,6 +489,7 @@ class StreamConsumer:
                     heapq.heappush(self._retries, (time.monotonic() + 1.0, next(self._seq), msg))
                     msg._done = False
 
+        self._dlq_pending += 1
         self._dlq.send(msg.value, key=msg.key, headers=headers, on_delivery=delivered)
 
     def _release_due_retries(self) -> None:
@@ -482,8 +506,8 @@ class StreamConsumer:
                     old.headers,
                     old.timestamp_ms,
                     old._state.attempts.get(old.offset, 0),
+                    old.first_seen_ms,
                 )
-                again.first_seen_ms = old.first_seen_ms
                 again.last_error = old.last_error
                 self._buffers[old._state.priority].append(again)
 

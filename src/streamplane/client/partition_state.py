@@ -35,6 +35,7 @@ class PartitionState:
         "paused",
         "priority",
         "rejected",
+        "restored_high",
         "restored_skips",
         "settled",
         "timestamps",
@@ -53,6 +54,9 @@ class PartitionState:
         self.dirty = False
         self.paused = False
         self.restored_skips = 0
+        # Highest offset a commit had settled above its low watermark (-1: none). Only
+        # fetched offsets up to it can have been settled before: others skip the lookup.
+        self.restored_high = -1
 
     def restore(self, progress: PartitionProgress | None, committed_offset: int | None) -> None:
         """Start from a commit: skip what was settled, keep retry counts."""
@@ -61,6 +65,7 @@ class PartitionState:
             self.settled = progress.settled.copy()
             self.rejected = progress.rejected.copy()
             self.attempts = dict(progress.retries)
+            self.restored_high = progress.settled.highest or -1
         elif committed_offset is not None:
             self.base = committed_offset
         self.next_fetch = self.base
@@ -76,7 +81,7 @@ class PartitionState:
         elif nxt is not None and offset < nxt:
             return False  # a refetch of what we already hold
         self.next_fetch = offset + 1
-        if offset < self.base or offset in self.settled:
+        if offset < self.base or (offset <= self.restored_high and offset in self.settled):
             self.restored_skips += 1
             return False
         self.timestamps[offset] = timestamp_ms
@@ -101,11 +106,18 @@ class PartitionState:
         self.dirty = True
         return n
 
+    def low_watermark(self) -> int | None:
+        """The lowest unsettled offset now (``base`` only moves at commits)."""
+        if self.base is None:
+            return None
+        return self.settled.first_missing(self.base)
+
     def in_flight_window(self) -> int:
-        """Offsets between the low watermark and the fetch position."""
-        if self.base is None or self.next_fetch is None:
+        """Offsets between the current low watermark and the fetch position."""
+        lw = self.low_watermark()
+        if lw is None or self.next_fetch is None:
             return 0
-        return self.next_fetch - self.base
+        return self.next_fetch - lw
 
     def progress(self, now_ms: int) -> PartitionProgress:
         """The state to commit now; advances ``base`` to the new low watermark."""
