@@ -119,6 +119,7 @@ __all__ = [
     "invariant_violations",
     "leave",
     "rebalance",
+    "restore",
     "set_work_units",
 ]
 
@@ -390,6 +391,46 @@ def heartbeat(
     draft.grant(member_id, now + config.lease_ttl_s)
     new_state = draft.freeze()
     return new_state, assignment_of(new_state, member_id)
+
+
+def restore(
+    config: AssignerConfig,
+    work_units: Iterable[WorkUnit],
+    claims: Mapping[str, tuple[MemberLoad, Iterable[WorkUnit]]],
+    now: float,
+) -> GroupState:
+    """Rebuild a group's state from what its live members say they hold.
+
+    Used when the Assigner's state was lost (a control plane restarted): every member
+    that heartbeated during the recovery window claims the units it still processes.
+    A unit claimed by several members goes to the first in member-id order (the others
+    are not told to keep it, which ends their lease on it at once); claimed units that
+    left the routing are dropped; unclaimed units are placed as usual.
+    """
+    now = _finite(now, "now")
+    units = frozenset(work_units)
+    owners: dict[WorkUnit, str] = {}
+    members: dict[str, MemberState] = {}
+    for member_id in sorted(claims):
+        load, claimed = claims[member_id]
+        mine = frozenset(u for u in claimed if u in units and u not in owners)
+        for unit in mine:
+            owners[unit] = member_id
+        members[member_id] = MemberState(
+            member_id, load, now, now + config.lease_ttl_s, mine, frozenset()
+        )
+    state = GroupState(
+        config=config,
+        work_units=units,
+        members=MappingProxyType(members),
+        owners=MappingProxyType(owners),
+        pending=MappingProxyType({}),
+        generation=1,
+    )
+    draft = _Draft(state)
+    draft.replan = True  # place the unclaimed units
+    draft.settle(now, balance=False)
+    return draft.freeze()
 
 
 def _earliest_deadline(state: GroupState) -> float:

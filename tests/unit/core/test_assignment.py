@@ -681,3 +681,22 @@ AssignerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestAssignerProperties = AssignerMachine.TestCase
+
+
+def test_restore_from_claims_keeps_owners_and_places_the_rest() -> None:
+    from streamplane.core.assignment import assignment_of, invariant_violations, restore
+
+    all_units = units(6)
+    claims = {
+        "b": (MemberLoad(cpu=0.2), [all_units[0], all_units[1]]),
+        "a": (MemberLoad(cpu=0.2), [all_units[1], all_units[2]]),  # unit 1 claimed twice
+        "c": (MemberLoad(cpu=0.2), [WorkUnit("gone", 0, "x")]),  # not in the routing
+    }
+    state = restore(AssignerConfig(lease_ttl_s=2.0), all_units, claims, now=10.0)
+    assert invariant_violations(state) == []
+    assert state.owners[all_units[1]] == "a"  # first claimer in member-id order
+    assert state.owners[all_units[0]] == "b"
+    assert state.owners[all_units[2]] == "a"
+    assert set(state.owners) == set(all_units)  # unclaimed units were placed
+    assert WorkUnit("gone", 0, "x") not in state.owners
+    assert all_units[1] not in assignment_of(state, "b").work_units
