@@ -1,0 +1,456 @@
+"""Reads one cluster's ``__consumer_offsets`` topic: streaming, decoded, resumable.
+
+``OffsetsReader`` assigns itself every partition of ``__consumer_offsets`` (``assign``,
+no group membership, never commits), decodes each record with
+``streamplane.core.offsets_topic`` and keeps the last commit of every (group, topic,
+partition). Streamplane commit metadata is read through the commit-log codec's header
+peek (``peek_low_watermark_timestamp``: the ingestion time of the first unsettled
+record, 20 characters, no body decode); other groups' metadata is foreign and gives no
+timestamp.
+
+Resuming: ``save_snapshot()`` writes the read position of every offsets partition and
+the last commit of every key to a small JSON file (atomically: temporary file and
+rename). ``open()`` loads it, replays the commits and seeks to the saved positions, so a
+restarted monitor only reads what was committed since. Without a usable snapshot (none,
+corrupt, another cluster id) it reads the topic from the beginning; either way
+``status`` says how long it took to catch up with the topic's end as it was at start
+(``catch_up_s``), and the time is logged.
+
+``LogEnds`` (log-end offsets through ``ListOffsets``, one batched request) and
+``TimestampLookup`` (the timestamp of the record at an offset, by fetching it: for
+groups whose metadata carries none) are the two other reads the monitor needs.
+
+Threading: one thread drives a reader (``poll``, ``save_snapshot``); ``status`` may be
+read from any thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from streamplane.core.commitlog import is_streamplane_metadata, peek_low_watermark_timestamp
+from streamplane.core.offsets_topic import OffsetCommit, OffsetTombstone, decode_record
+from streamplane.exceptions import CodecError, KafkaError
+from streamplane.kafka.admin import QUIET, to_kafka_error
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+SNAPSHOT_VERSION = 1
+
+CommitKey = tuple[str, str, int]
+"""(group, topic, partition)"""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitState:
+    """The last commit of one (group, topic, partition)."""
+
+    offset: int
+    commit_ms: int
+    low_watermark_ts_ms: int | None  # from streamplane metadata; None for foreign groups
+    streamplane: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEvent:
+    """A decoded commit (``state``) or a deleted offset (``state`` None)."""
+
+    key: CommitKey
+    state: CommitState | None
+
+
+@dataclass
+class ReaderStatus:
+    """What a reader has done so far (read from any thread; replaced, never mutated)."""
+
+    cluster: str
+    bootstrap: str
+    resumed_from_snapshot: bool = False
+    snapshot_commits: int = 0
+    records_read: int = 0
+    commits_tracked: int = 0
+    caught_up: bool = False
+    catch_up_s: float | None = None
+    undecodable: int = 0
+    last_error: str | None = None
+    last_record_ms: int | None = None
+
+
+# ------------------------------------------------------------------ snapshot (pure)
+@dataclass
+class OffsetsSnapshot:
+    """Positions in ``__consumer_offsets`` and the last commit of every key."""
+
+    cluster_id: str | None
+    positions: dict[int, int] = field(default_factory=dict)
+    commits: dict[CommitKey, CommitState] = field(default_factory=dict)
+    saved_ms: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": SNAPSHOT_VERSION,
+                "cluster_id": self.cluster_id,
+                "saved_ms": self.saved_ms,
+                "positions": {str(p): o for p, o in sorted(self.positions.items())},
+                "commits": [
+                    [g, t, p, s.offset, s.commit_ms, s.low_watermark_ts_ms, int(s.streamplane)]
+                    for (g, t, p), s in self.commits.items()
+                ],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> OffsetsSnapshot:
+        """Parse a snapshot; ``CodecError`` when it is not one this version wrote."""
+        try:
+            doc = json.loads(text)
+            if doc.get("version") != SNAPSHOT_VERSION:
+                raise CodecError(f"snapshot version {doc.get('version')!r} is not supported")
+            positions = {int(p): int(o) for p, o in doc["positions"].items()}
+            commits = {
+                (str(g), str(t), int(p)): CommitState(
+                    int(o), int(ms), None if ts is None else int(ts), bool(sp)
+                )
+                for g, t, p, o, ms, ts, sp in doc["commits"]
+            }
+            cluster_id = doc.get("cluster_id")
+            return cls(
+                None if cluster_id is None else str(cluster_id),
+                positions,
+                commits,
+                int(doc.get("saved_ms", 0)),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CodecError(f"not a lag snapshot: {exc}") from None
+
+
+def commit_state(record: OffsetCommit) -> CommitState:
+    """The state of a decoded commit: the low-watermark timestamp from the metadata header
+    when it is streamplane's (a malformed header counts as foreign)."""
+    metadata = record.metadata
+    if metadata and is_streamplane_metadata(metadata):
+        try:
+            ts = peek_low_watermark_timestamp(metadata)
+        except CodecError:
+            return CommitState(record.offset, record.commit_timestamp_ms, None, False)
+        return CommitState(record.offset, record.commit_timestamp_ms, ts, True)
+    return CommitState(record.offset, record.commit_timestamp_ms, None, False)
+
+
+# ------------------------------------------------------------------ the reader
+class OffsetsReader:
+    """One cluster's ``__consumer_offsets``, followed from a snapshot or the beginning."""
+
+    def __init__(
+        self,
+        cluster: str,
+        bootstrap: str,
+        *,
+        snapshot_path: Path | None = None,
+        extra_config: Mapping[str, Any] | None = None,
+        metadata_timeout: float = 5.0,
+    ) -> None:
+        self.cluster = cluster
+        self.bootstrap = bootstrap
+        self.snapshot_path = snapshot_path
+        self._metadata_timeout = metadata_timeout
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            # Required by the client; never joined (assign) and never committed to.
+            "group.id": f"streamplane-lag-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,  # a commit shows within a second, end to end
+            "isolation.level": "read_committed",  # aborted transactional commits never count
+            **QUIET,
+            **(extra_config or {}),
+        }
+        self._consumer = Consumer(conf)
+        self._commits: dict[CommitKey, CommitState] = {}
+        self._partitions: list[int] = []
+        self._cluster_id: str | None = None
+        self._targets: dict[int, int] = {}  # high watermarks at open: "caught up" means these
+        self._opened_at = 0.0
+        self.status = ReaderStatus(cluster, bootstrap)
+
+    # --------------------------------------------------------------- life cycle
+    def open(self) -> list[CommitEvent]:
+        """Assign every offsets partition (from the snapshot's positions when usable).
+
+        Returns the snapshot's commits as events (empty on a cold start). Raises
+        ``KafkaError`` when the cluster does not answer or has no offsets topic yet.
+        """
+        self._opened_at = time.monotonic()
+        try:
+            md = self._consumer.list_topics(OFFSETS_TOPIC, timeout=self._metadata_timeout)
+        except KafkaException as exc:
+            raise to_kafka_error(exc, f"metadata of {OFFSETS_TOPIC} on {self.cluster}") from exc
+        topic = md.topics.get(OFFSETS_TOPIC)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise KafkaError(f"{self.cluster} has no {OFFSETS_TOPIC} topic yet", retriable=True)
+        self._cluster_id = md.cluster_id
+        self._partitions = sorted(topic.partitions)
+        snapshot = self._load_snapshot()
+        positions = snapshot.positions if snapshot is not None else {}
+        events: list[CommitEvent] = []
+        if snapshot is not None:
+            self._commits = dict(snapshot.commits)
+            events = [CommitEvent(k, s) for k, s in snapshot.commits.items()]
+        self._targets = {}
+        for p in self._partitions:
+            low, high = self._watermarks(p)
+            if high > positions.get(p, low):
+                self._targets[p] = high
+        self._consumer.assign(
+            [
+                TopicPartition(OFFSETS_TOPIC, p, positions.get(p, OFFSET_BEGINNING))
+                for p in self._partitions
+            ]
+        )
+        self.status = ReaderStatus(
+            self.cluster,
+            self.bootstrap,
+            resumed_from_snapshot=snapshot is not None,
+            snapshot_commits=len(events),
+            commits_tracked=len(self._commits),
+        )
+        self._check_caught_up()
+        return events
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    # --------------------------------------------------------------- reading
+    def poll(self, timeout: float = 0.1, max_records: int = 5_000) -> list[CommitEvent]:
+        """Read what arrived (waiting up to ``timeout``): commits and deletions, in log order
+        per offsets partition. Group metadata and unknown record types are skipped."""
+        try:
+            messages = self._consumer.consume(max_records, timeout)
+        except KafkaException as exc:
+            raise to_kafka_error(exc, f"reading {OFFSETS_TOPIC} on {self.cluster}") from exc
+        events: list[CommitEvent] = []
+        undecodable = 0
+        latest_ms: int | None = None
+        commits = self._commits
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaError(f"{self.cluster}: {err.str()}", code=err.name(), fatal=True)
+                continue  # partition EOF and transient errors: librdkafka carries on
+            raw_key = msg.key()
+            if raw_key is None:
+                undecodable += 1
+                continue
+            try:
+                record = decode_record(raw_key, msg.value())
+            except CodecError as exc:
+                undecodable += 1
+                log.warning("%s: undecodable offsets record: %s", self.cluster, exc)
+                continue
+            kind = type(record)
+            if kind is OffsetCommit:
+                assert isinstance(record, OffsetCommit)
+                key = (record.group, record.topic, record.partition)
+                state = commit_state(record)
+                commits[key] = state
+                events.append(CommitEvent(key, state))
+                latest_ms = record.commit_timestamp_ms
+            elif kind is OffsetTombstone:
+                assert isinstance(record, OffsetTombstone)
+                key = (record.group, record.topic, record.partition)
+                if commits.pop(key, None) is not None:
+                    events.append(CommitEvent(key, None))
+        st = self.status
+        if messages or undecodable:
+            st.records_read += len(messages)
+            st.undecodable += undecodable
+            st.commits_tracked = len(commits)
+            if latest_ms is not None:
+                st.last_record_ms = latest_ms
+        if not st.caught_up:
+            self._check_caught_up()
+        return events
+
+    def commits(self) -> dict[CommitKey, CommitState]:
+        """The last commit of every key (a copy)."""
+        return dict(self._commits)
+
+    def positions(self) -> dict[int, int]:
+        """The next offset to read in each offsets partition (only those read from)."""
+        out: dict[int, int] = {}
+        for tp in self._consumer.position(
+            [TopicPartition(OFFSETS_TOPIC, p) for p in self._partitions]
+        ):
+            if tp.offset >= 0:
+                out[tp.partition] = tp.offset
+        return out
+
+    # --------------------------------------------------------------- snapshot
+    def save_snapshot(self, now_ms: int | None = None) -> bool:
+        """Write the snapshot (atomically). False when there is nowhere or nothing to save."""
+        if self.snapshot_path is None or not self._partitions:
+            return False
+        positions = self.positions()
+        if not positions and not self._commits:
+            return False
+        snapshot = OffsetsSnapshot(
+            self._cluster_id,
+            positions,
+            self._commits,
+            now_ms if now_ms is not None else int(time.time() * 1000),
+        )
+        path = self.snapshot_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(snapshot.to_json())
+        os.replace(tmp, path)
+        return True
+
+    def _load_snapshot(self) -> OffsetsSnapshot | None:
+        path = self.snapshot_path
+        if path is None or not path.is_file():
+            return None
+        try:
+            snapshot = OffsetsSnapshot.from_json(path.read_text())
+        except (OSError, CodecError) as exc:
+            log.warning("%s: ignoring lag snapshot %s: %s", self.cluster, path, exc)
+            return None
+        if snapshot.cluster_id != self._cluster_id:
+            log.warning(
+                "%s: snapshot %s is of cluster id %s, not %s: reading from the beginning",
+                self.cluster,
+                path,
+                snapshot.cluster_id,
+                self._cluster_id,
+            )
+            return None
+        for p, position in snapshot.positions.items():
+            low, high = self._watermarks(p)
+            if not low <= position <= high:  # the topic was truncated or recreated
+                log.warning("%s: snapshot position %d of partition %d is gone", self.cluster, p, p)
+                return None
+        return snapshot
+
+    # --------------------------------------------------------------- helpers
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(OFFSETS_TOPIC, partition), timeout=self._metadata_timeout
+            )
+        except KafkaException as exc:
+            raise to_kafka_error(exc, f"watermarks of {OFFSETS_TOPIC} on {self.cluster}") from exc
+        return int(low), int(high)
+
+    def _check_caught_up(self) -> None:
+        targets = self._targets
+        if targets:
+            for tp in self._consumer.position([TopicPartition(OFFSETS_TOPIC, p) for p in targets]):
+                if tp.offset < targets[tp.partition]:  # also: -1001 (nothing read yet)
+                    return
+        st = self.status
+        st.caught_up = True
+        st.catch_up_s = time.monotonic() - self._opened_at
+        log.info(
+            "%s: %s caught up in %.2fs (%s, %d records read, %d commits tracked)",
+            self.cluster,
+            OFFSETS_TOPIC,
+            st.catch_up_s,
+            "resumed from snapshot" if st.resumed_from_snapshot else "read from the beginning",
+            st.records_read,
+            len(self._commits),
+        )
+
+
+# ------------------------------------------------------------------ log ends, timestamps
+class LogEnds:
+    """Log-end offsets (high watermarks) of many partitions in one ListOffsets call."""
+
+    def __init__(self, bootstrap: str, extra_config: Mapping[str, Any] | None = None) -> None:
+        self._admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(extra_config or {})})
+
+    def fetch(
+        self, partitions: Iterable[tuple[str, int]], timeout: float = 5.0
+    ) -> dict[tuple[str, int], int]:
+        """End offset per (topic, partition); partitions that fail are left out."""
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        request = {TopicPartition(t, p): latest for t, p in partitions}
+        if not request:
+            return {}
+        futures = self._admin.list_offsets(request, request_timeout=timeout)
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout).offset)
+            except KafkaException:
+                continue  # topic deleted, leader moving: the next poll asks again
+        return out
+
+
+class TimestampLookup:
+    """The timestamp of the record at a given offset, fetched (for groups whose commits
+    carry no low-watermark timestamp). Stream topics use LogAppendTime, so this is the
+    ingestion time. A missing offset (compaction, a transaction marker) gives the next
+    record's timestamp: the first record the group has not processed."""
+
+    def __init__(self, bootstrap: str, extra_config: Mapping[str, Any] | None = None) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"streamplane-lag-lookup-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 50,
+                "fetch.max.bytes": 1 << 20,
+                "max.partition.fetch.bytes": 64 << 10,
+                **QUIET,
+                **(extra_config or {}),
+            }
+        )
+
+    def lookup(
+        self, wanted: Iterable[tuple[str, int, int]], timeout: float = 1.0
+    ) -> dict[tuple[str, int, int], int]:
+        """{(topic, partition, offset): timestamp ms} for those found within ``timeout``."""
+        want = {(t, p): o for t, p, o in wanted}
+        if not want:
+            return {}
+        self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in want.items()])
+        out: dict[tuple[str, int, int], int] = {}
+        deadline = time.monotonic() + timeout
+        try:
+            while want and (left := deadline - time.monotonic()) > 0:
+                for msg in self._consumer.consume(min(len(want) * 4, 1000), min(left, 0.2)):
+                    if msg.error() is not None:
+                        continue
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    offset = want.get(tp)
+                    if offset is None or (msg.offset() or 0) < offset:
+                        continue
+                    ts = msg.timestamp()[1]
+                    if ts >= 0:
+                        out[(tp[0], tp[1], offset)] = ts
+                    del want[tp]
+        finally:
+            self._consumer.unassign()
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

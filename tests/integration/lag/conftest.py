@@ -1,0 +1,50 @@
+"""Helpers for the lag tests: raw commits with metadata, and waiting for a condition."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streamplane.kafka.clients import consumer_config
+
+T = TypeVar("T")
+
+
+def commit(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    metadata: str | None = None,
+) -> None:
+    """Commit one offset (with metadata) for ``group``, as any Kafka client would."""
+    consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        tp = (
+            TopicPartition(topic, partition, offset)
+            if metadata is None
+            else TopicPartition(topic, partition, offset, metadata=metadata)
+        )
+        consumer.commit(offsets=[tp], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:8]}"
