@@ -1,0 +1,436 @@
+"""Autothrottle: replication throttles while reassignments run, and never left behind.
+
+Each ``step()``:
+
+1. lists the reassignments in progress (ListPartitionReassignments);
+2. measures traffic from DescribeLogDirs deltas between two steps (no JMX needed):
+   - ``replication_in`` of a broker: growth of the replicas it is *adding*;
+   - ``replication_out`` of a broker: that same growth, counted on the current leader
+     of each moving partition (the leader serves the copy);
+   - ``bytes_in``: growth of everything the broker stores (client writes, normal
+     follower replication and the copies), i.e. its disk write rate ~ network in;
+   - ``bytes_out``: ``replication_out`` plus, for partitions it leads, their growth
+     times the number of followers (what followers fetch). Consumer fetches are not
+     visible in storage: leave room for them in ``capacity``.
+   Sizes shrink when retention deletes segments; negative deltas count as 0. The first
+   step has no previous sample, so it uses kafka-kit's fallback (the throttle in force,
+   or the minimum);
+3. computes rates with ``core.throttle.compute_throttles`` (kafka-kit's headroom
+   formula) and the ``*.throttled.replicas`` topic lists with
+   ``core.throttle.throttled_replicas``;
+4. records what it is about to set in the **state file** (atomically), then writes
+   the broker and topic configs (IncrementalAlterConfigs).
+
+When no reassignment is left, every throttle recorded in the state file is removed
+and the file is deleted. ``recover()`` does the same for a state file left by a run
+that crashed or was killed, and runs first on every start; ``run()`` removes every
+throttle on a normal exit, on an exception and on SIGTERM/SIGINT (``terminate_on``
+turns SIGTERM into ``Terminated``). A value that was already set before we touched it
+is recorded and restored instead of deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from streamplane.core.mapper.models import TopicPartition
+from streamplane.core.throttle import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    BrokerTraffic,
+    ReplicaChange,
+    ThrottleLimits,
+    ThrottleRates,
+    compute_throttles,
+    reassignment_roles,
+    throttled_replicas,
+)
+from streamplane.exceptions import ConfigError, KafkaError, StreamplaneError
+from streamplane.ops.kafka_ops import ConfigChange, ConfigKind, OpsAdmin, Reassignment
+
+BROKER_KEYS = (LEADER_RATE, FOLLOWER_RATE)
+TOPIC_KEYS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
+STATE_VERSION = 1
+
+
+class Terminated(StreamplaneError):
+    """SIGTERM arrived (raised in the main thread by ``terminate_on``)."""
+
+
+@contextlib.contextmanager
+def terminate_on(*signals: signal.Signals) -> Iterator[None]:
+    """Raise ``Terminated`` in the main thread when one of ``signals`` arrives."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        raise Terminated(f"received {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class ThrottleState:
+    """What this tool changed: per resource, the value each key had before (None: unset),
+    and the value it set last."""
+
+    bootstrap: str
+    previous: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    current: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @staticmethod
+    def resource(kind: ConfigKind, name: str) -> str:
+        return f"{kind}:{name}"
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": STATE_VERSION,
+                "bootstrap": self.bootstrap,
+                "previous": self.previous,
+                "current": self.current,
+                "pid": os.getpid(),
+                "updated_at": time.time(),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> ThrottleState | None:
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"autothrottle state file {path} is unreadable: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION:
+            raise ConfigError(f"autothrottle state file {path} has an unknown format")
+        return cls(str(doc["bootstrap"]), dict(doc["previous"]), dict(doc["current"]))
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(self.to_json())
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class AutothrottleParams:
+    capacity: float | Mapping[int, float]
+    """Network capacity per broker, bytes/s (one figure or per broker)."""
+    limits: ThrottleLimits
+    state_file: Path
+    interval: float = 5.0
+
+    def validate(self) -> None:
+        self.limits.validate()
+        if self.interval <= 0:
+            raise ConfigError("interval must be positive")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    reassignments: int
+    broker_configs: Mapping[int, Mapping[str, str]]
+    topic_configs: Mapping[str, Mapping[str, str]]
+    cleared: bool
+    warnings: tuple[str, ...] = ()
+
+
+class Autothrottle:
+    """Throttles for the reassignments of one cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        admin: OpsAdmin,
+        params: AutothrottleParams,
+        *,
+        bootstrap: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        params.validate()
+        self.admin = admin
+        self.params = params
+        self.bootstrap = bootstrap
+        self._clock = clock
+        self._sleep = sleep
+        self._log = log
+        self._state = ThrottleState(bootstrap)
+        self._last: tuple[float, dict[tuple[int, TopicPartition], int]] | None = None
+        self._rates: dict[int, ThrottleRates] = {}
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> list[str]:
+        """Remove throttles recorded by an earlier run (crashed or killed); returns them."""
+        state = ThrottleState.load(self.params.state_file)
+        if state is None:
+            return []
+        self._state = state
+        cleared = self._restore_all()
+        self._log(f"recovered {len(cleared)} throttled resource(s) left by an earlier run")
+        return cleared
+
+    def clear(self) -> list[str]:
+        """Remove every throttle this tool set (restoring earlier values); delete the state."""
+        return self._restore_all()
+
+    def _restore_all(self) -> list[str]:
+        changes = []
+        for resource, keys in sorted(self._state.previous.items()):
+            kind, _, name = resource.partition(":")
+            changes.append(_restore_change(kind, name, keys))
+        if changes:
+            self._apply(changes, "remove throttles")
+        names = sorted(self._state.previous)
+        self._state = ThrottleState(self.bootstrap)
+        self._rates = {}
+        with contextlib.suppress(FileNotFoundError):
+            self.params.state_file.unlink()
+        return names
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> StepResult:
+        running = self.admin.list_reassignments()
+        if not running:
+            cleared = bool(self._state.previous)
+            if cleared:
+                self._restore_all()
+            self._last = None
+            return StepResult(0, {}, {}, cleared)
+        changes = [_change(r) for r in running.values()]
+        roles = reassignment_roles(changes)
+        topic_values = throttled_replicas(changes)
+        traffic = self._measure(running)
+        plan = compute_throttles(
+            traffic, self.params.capacity, roles, self.params.limits, self._rates
+        )
+        broker_values: dict[int, dict[str, str]] = {}
+        for b in plan.brokers:
+            values: dict[str, str] = {}
+            if b.leader_rate is not None:
+                values[LEADER_RATE] = str(b.leader_rate)
+            if b.follower_rate is not None:
+                values[FOLLOWER_RATE] = str(b.follower_rate)
+            broker_values[b.broker_id] = values
+            self._rates[b.broker_id] = ThrottleRates(b.leader_rate, b.follower_rate)
+        for bid in plan.removals:
+            self._rates.pop(bid, None)
+        self._write(broker_values, topic_values)
+        return StepResult(len(running), broker_values, topic_values, False, tuple(plan.warnings))
+
+    def _measure(self, running: Mapping[TopicPartition, Reassignment]) -> dict[int, BrokerTraffic]:
+        now = self._clock()
+        sizes: dict[tuple[int, TopicPartition], int] = {}
+        for bid, dirs in self.admin.log_dirs().items():
+            if isinstance(dirs, KafkaError):
+                continue
+            for d in dirs:
+                for key, size in d.sizes.items():
+                    sizes[(bid, key)] = max(sizes.get((bid, key), 0), size)
+        last, self._last = self._last, (now, sizes)
+        if last is None or now <= last[0]:
+            return {}
+        dt = now - last[0]
+        before = last[1]
+
+        def growth(bid: int, key: TopicPartition) -> float:
+            if (bid, key) not in sizes:
+                return 0.0
+            return max(sizes[(bid, key)] - before.get((bid, key), 0), 0) / dt
+
+        states = self.admin.partitions()
+        rep_in: dict[int, float] = {}
+        rep_out: dict[int, float] = {}
+        for key, r in running.items():
+            leader = states[key].leader if key in states else -1
+            for b in r.adding:
+                g = growth(b, key)
+                rep_in[b] = rep_in.get(b, 0.0) + g
+                if leader >= 0:
+                    rep_out[leader] = rep_out.get(leader, 0.0) + g
+        bytes_in: dict[int, float] = {}
+        for bid, key in sizes:
+            bytes_in[bid] = bytes_in.get(bid, 0.0) + growth(bid, key)
+        bytes_out = dict(rep_out)
+        for key, s in states.items():
+            if key in running or s.leader < 0:
+                continue
+            followers = len([b for b in s.replicas if b != s.leader])
+            bytes_out[s.leader] = bytes_out.get(s.leader, 0.0) + growth(s.leader, key) * followers
+        brokers = {b for b, _ in sizes}
+        return {
+            b: BrokerTraffic(
+                b,
+                bytes_in.get(b, 0.0),
+                bytes_out.get(b, 0.0),
+                replication_in=rep_in.get(b, 0.0),
+                replication_out=rep_out.get(b, 0.0),
+            )
+            for b in sorted(brokers)
+        }
+
+    def _write(
+        self,
+        broker_values: Mapping[int, Mapping[str, str]],
+        topic_values: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        wanted: dict[str, dict[str, str]] = {}
+        for bid, values in broker_values.items():
+            wanted[ThrottleState.resource("broker", str(bid))] = dict(values)
+        for topic, values in topic_values.items():
+            wanted[ThrottleState.resource("topic", topic)] = dict(values)
+        new_resources = [r for r in wanted if r not in self._state.previous]
+        if new_resources:
+            self._record_previous(new_resources)
+        changes: list[ConfigChange] = []
+        for resource in sorted(set(wanted) | set(self._state.current)):
+            kind, _, name = resource.partition(":")
+            target = wanted.get(resource, {})
+            had = self._state.current.get(resource, {})
+            keys = BROKER_KEYS if kind == "broker" else TOPIC_KEYS
+            set_now = {k: v for k, v in target.items() if had.get(k) != v}
+            gone = [k for k in keys if k in had and k not in target]
+            if not set_now and not gone:
+                continue
+            if gone:
+                restore = _restore_change(
+                    kind, name, {k: self._state.previous[resource].get(k) for k in gone}
+                )
+                set_now = {**restore.set, **set_now}
+                changes.append(ConfigChange(_kind(kind), name, set_now, restore.delete))
+            else:
+                changes.append(ConfigChange(_kind(kind), name, set_now))
+        self._state.current = {r: v for r, v in wanted.items() if v}
+        self._state.save(self.params.state_file)
+        if changes:
+            self._apply(changes, "set throttles")
+
+    def _record_previous(self, resources: list[str]) -> None:
+        by_kind: dict[str, list[str]] = {}
+        for r in resources:
+            kind, _, name = r.partition(":")
+            by_kind.setdefault(kind, []).append(name)
+        for kind, names in by_kind.items():
+            found = self.admin.describe_configs(_kind(kind), names)
+            keys = BROKER_KEYS if kind == "broker" else TOPIC_KEYS
+            for name in names:
+                values = found.get(name, {})
+                self._state.previous[ThrottleState.resource(_kind(kind), name)] = {
+                    k: values.get(k) for k in keys
+                }
+        # Recorded before anything is set: a crash after this point is recoverable.
+        self._state.save(self.params.state_file)
+
+    def _apply(self, changes: list[ConfigChange], what: str) -> None:
+        results = self.admin.alter_configs(changes)
+        failed = {k: e for k, e in results.items() if e is not None}
+        if failed:
+            (kind, name), err = sorted(failed.items())[0]
+            raise KafkaError(
+                f"{what}: {kind} {name}: {err}", code=err.code, retriable=err.retriable
+            )
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, until_idle: bool = True, max_steps: int | None = None) -> int:
+        """Recover, then step every ``interval`` seconds; always clear on the way out.
+
+        ``until_idle``: return once no reassignment has been running for a step (after
+        at least one step). Returns the number of steps taken.
+        """
+        self.recover()
+        steps = 0
+        try:
+            while max_steps is None or steps < max_steps:
+                result = self.step()
+                steps += 1
+                if result.reassignments:
+                    self._log(
+                        f"{result.reassignments} reassignment(s); throttles: "
+                        + ", ".join(
+                            f"broker {b} {_rates_text(v)}"
+                            for b, v in sorted(result.broker_configs.items())
+                        )
+                    )
+                    for w in result.warnings:
+                        self._log(f"warning: {w}")
+                elif until_idle:
+                    return steps
+                self._sleep(self.params.interval)
+            return steps
+        finally:
+            self.clear()
+
+
+def _rates_text(values: Mapping[str, str]) -> str:
+    parts = []
+    if LEADER_RATE in values:
+        parts.append(f"leader {int(values[LEADER_RATE]) / 1e6:.2f} MB/s")
+    if FOLLOWER_RATE in values:
+        parts.append(f"follower {int(values[FOLLOWER_RATE]) / 1e6:.2f} MB/s")
+    return "/".join(parts) or "-"
+
+
+def _kind(kind: str) -> ConfigKind:
+    if kind == "broker":
+        return "broker"
+    if kind == "topic":
+        return "topic"
+    raise ConfigError(f"unknown resource kind {kind!r} in the autothrottle state")
+
+
+def _restore_change(kind: str, name: str, previous: Mapping[str, str | None]) -> ConfigChange:
+    restore = {k: v for k, v in previous.items() if v is not None}
+    delete = tuple(sorted(k for k, v in previous.items() if v is None))
+    return ConfigChange(_kind(kind), name, restore, delete)
+
+
+def _change(r: Reassignment) -> ReplicaChange:
+    current = tuple(b for b in r.replicas if b not in r.adding)
+    target = tuple(b for b in r.replicas if b not in r.removing)
+    return ReplicaChange(r.topic, r.partition, current, target)
+
+
+def default_state_file(bootstrap: str, directory: Path = Path(".streamplane") / "ops") -> Path:
+    """One state file per cluster (named after its bootstrap servers)."""
+    import hashlib
+
+    digest = hashlib.sha256(",".join(sorted(bootstrap.split(","))).encode()).hexdigest()[:12]
+    return directory / f"autothrottle-{digest}.json"
+
+
+def describe_throttles(
+    admin: OpsAdmin, topics: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Throttle configs in force on every live broker and on ``topics`` (for checks)."""
+    out: dict[str, dict[str, Any]] = {}
+    brokers = [str(b) for b in admin.brokers()]
+    for name, values in admin.describe_configs("broker", brokers).items():
+        found = {k: v for k, v in values.items() if k in BROKER_KEYS}
+        if found:
+            out[f"broker:{name}"] = found
+    if topics:
+        for name, values in admin.describe_configs("topic", topics).items():
+            found = {k: v for k, v in values.items() if k in TOPIC_KEYS}
+            if found:
+                out[f"topic:{name}"] = found
+    return out

@@ -1,0 +1,404 @@
+"""A narrow interface over the Kafka Admin API for the ops tools, and its adapter.
+
+``OpsAdmin`` is everything the metrics fetcher, the executor, autothrottle and the
+tag-placed topic creation need from a cluster, and nothing more (kafka-kit's
+``kafkaadmin`` package plays the same role). ``KafkaOpsAdmin`` implements it over
+kafka-python, which has the partition-reassignment APIs (KIP-455) that
+confluent-kafka lacks; ``streamplane.ops.stub.StubOpsAdmin`` implements it in memory
+for unit tests.
+
+Errors: every failure of a whole call is a ``streamplane.KafkaError`` (code = the
+broker's error name, ``retriable`` kept); calls over many resources return per-resource
+results (``KafkaError | None``) instead of failing as a whole, so a partial failure is
+data.
+
+Storage figures come from DescribeLogDirs: partition sizes, and since version 4
+(Kafka 3.3, KIP-827) each log dir's ``total_bytes`` / ``usable_bytes``. Kafka 4.x
+reports both; a broker that does not (``-1``) gets ``None`` and the metrics fetcher
+says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from streamplane.core.mapper.models import TopicPartition
+from streamplane.exceptions import KafkaError
+
+ConfigKind = Literal["broker", "topic"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerNode:
+    """A live broker, as the cluster describes it."""
+
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """Where a partition's replicas are (leader first as assigned), and which are in sync."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def in_sync(self) -> bool:
+        """Every assigned replica is in the ISR."""
+        return set(self.replicas) <= set(self.isr)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDir:
+    """One log directory of one broker."""
+
+    broker_id: int
+    path: str
+    total_bytes: int | None
+    usable_bytes: int | None
+    sizes: Mapping[TopicPartition, int] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A reassignment in progress: the full replica set while it runs, and the delta."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """Incremental config changes of one broker or topic: keys to set, keys to delete."""
+
+    kind: ConfigKind
+    name: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    delete: tuple[str, ...] = ()
+
+
+class OpsAdmin(Protocol):
+    """What the ops tools ask of one Kafka cluster."""
+
+    def brokers(self) -> dict[int, BrokerNode]:
+        """Live brokers by id (a dead broker is absent)."""
+        ...
+
+    def partitions(
+        self, topics: Collection[str] | None = None
+    ) -> dict[TopicPartition, PartitionState]:
+        """Partitions of ``topics`` (default: every topic, internal ones included)."""
+        ...
+
+    def log_dirs(
+        self, brokers: Collection[int] | None = None
+    ) -> dict[int, list[LogDir] | KafkaError]:
+        """Log directories per broker (default: every live broker); a failure per broker."""
+        ...
+
+    def alter_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Start reassignments (``None`` cancels the one in progress)."""
+        ...
+
+    def list_reassignments(self) -> dict[TopicPartition, Reassignment]:
+        """Reassignments in progress."""
+        ...
+
+    def alter_configs(
+        self, changes: Sequence[ConfigChange]
+    ) -> dict[tuple[ConfigKind, str], KafkaError | None]:
+        """Incremental config changes (IncrementalAlterConfigs), per resource."""
+        ...
+
+    def describe_configs(
+        self, kind: ConfigKind, names: Collection[str]
+    ) -> dict[str, dict[str, str]]:
+        """Non-default config values of brokers or topics, by name."""
+        ...
+
+    def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, Sequence[int]],
+        configs: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create a topic with an explicit replica assignment (partition -> replicas)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def error_from(exc: BaseException | type[BaseException], context: str) -> KafkaError:
+    """A kafka-python error (instance or class) as a ``streamplane.KafkaError``."""
+    cls = exc if isinstance(exc, type) else type(exc)
+    code = getattr(cls, "message", None)
+    code = code if isinstance(code, str) and code else cls.__name__
+    detail = cls.__name__ if isinstance(exc, type) else str(exc)
+    return KafkaError(
+        f"{context}: {detail}", code=code, retriable=bool(getattr(cls, "retriable", False))
+    )
+
+
+class KafkaOpsAdmin:
+    """``OpsAdmin`` over kafka-python's ``KafkaAdminClient`` (one cluster).
+
+    The client connects in the constructor (kafka-python bootstraps eagerly); an
+    unreachable cluster is a ``KafkaError`` there.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        request_timeout_s: float = 30.0,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self.bootstrap = bootstrap
+        self._timeout_ms = int(request_timeout_s * 1000)
+        conf: dict[str, Any] = {
+            "bootstrap_servers": bootstrap.split(","),
+            "client_id": "streamplane-ops",
+            "request_timeout_ms": self._timeout_ms,
+            "bootstrap_timeout_ms": self._timeout_ms,
+            **(extra_config or {}),
+        }
+        try:
+            self._admin = KafkaAdminClient(**conf)
+        except Exception as exc:
+            raise error_from(exc, f"connect to {bootstrap}") from exc
+
+    def close(self) -> None:
+        self._admin.close()
+
+    def __enter__(self) -> KafkaOpsAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import kafka.errors as kerr
+
+        try:
+            return fn(*args, **kwargs)
+        except (kerr.KafkaError, OSError, ValueError) as exc:
+            raise error_from(exc, f"{what} on {self.bootstrap}") from exc
+
+    # ------------------------------------------------------------------ metadata
+    def brokers(self) -> dict[int, BrokerNode]:
+        desc = self._call("describe cluster", self._admin.describe_cluster)
+        return {
+            int(b["broker_id"]): BrokerNode(
+                int(b["broker_id"]), str(b["host"]), int(b["port"]), b.get("rack") or None
+            )
+            for b in desc["brokers"]
+        }
+
+    def partitions(
+        self, topics: Collection[str] | None = None
+    ) -> dict[TopicPartition, PartitionState]:
+        names = None if topics is None else sorted(topics)
+        if names == []:
+            return {}
+        described = self._call("describe topics", self._admin.describe_topics, names)
+        out: dict[TopicPartition, PartitionState] = {}
+        for t in described:
+            if t.get("error_code", 0):
+                import kafka.errors as kerr
+
+                err = kerr.for_code(t["error_code"])
+                raise error_from(err, f"describe topic {t['name']} on {self.bootstrap}")
+            for p in t["partitions"]:
+                state = PartitionState(
+                    topic=t["name"],
+                    partition=int(p["partition_index"]),
+                    replicas=tuple(p["replica_nodes"]),
+                    isr=tuple(p["isr_nodes"]),
+                    leader=int(p["leader_id"]),
+                )
+                out[state.key] = state
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------------ log dirs
+    def log_dirs(
+        self, brokers: Collection[int] | None = None
+    ) -> dict[int, list[LogDir] | KafkaError]:
+        ids = sorted(self.brokers()) if brokers is None else sorted(brokers)
+        out: dict[int, list[LogDir] | KafkaError] = {}
+        for bid in ids:
+            try:
+                answer = self._call(
+                    f"describe log dirs of broker {bid}",
+                    self._admin.describe_log_dirs,
+                    None,
+                    [bid],
+                )
+            except KafkaError as exc:
+                out[bid] = exc
+                continue
+            dirs: list[LogDir] = []
+            for entry in answer:
+                for d in entry["log_dirs"]:
+                    sizes = {
+                        (t["name"], int(p["partition_index"])): int(p["partition_size"])
+                        for t in d.get("topics", [])
+                        for p in t["partitions"]
+                        if not p.get("is_future_key", False)
+                    }
+                    total, usable = d.get("total_bytes", -1), d.get("usable_bytes", -1)
+                    error = None
+                    if d.get("error_code", 0):
+                        import kafka.errors as kerr
+
+                        error = kerr.for_code(d["error_code"]).__name__
+                    dirs.append(
+                        LogDir(
+                            broker_id=bid,
+                            path=str(d["log_dir"]),
+                            total_bytes=int(total) if total is not None and total >= 0 else None,
+                            usable_bytes=int(usable)
+                            if usable is not None and usable >= 0
+                            else None,
+                            sizes=sizes,
+                            error=error,
+                        )
+                    )
+            out[bid] = dirs
+        return out
+
+    # ------------------------------------------------------------------ reassignments
+    def alter_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        from kafka import TopicPartition as KTopicPartition
+
+        if not targets:
+            return {}
+        request = {
+            KTopicPartition(t, p): (None if r is None else list(r)) for (t, p), r in targets.items()
+        }
+        answer = self._call(
+            "alter partition reassignments",
+            self._admin.alter_partition_reassignments,
+            request,
+            self._timeout_ms,
+        )
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for key in targets:
+            err = answer.get(KTopicPartition(*key))
+            out[key] = None if err is None else error_from(err, f"reassign {key[0]}-{key[1]}")
+        return out
+
+    def list_reassignments(self) -> dict[TopicPartition, Reassignment]:
+        answer = self._call(
+            "list partition reassignments", self._admin.list_partition_reassignments
+        )
+        out = {
+            (tp.topic, tp.partition): Reassignment(
+                tp.topic,
+                tp.partition,
+                tuple(r["replicas"]),
+                tuple(r["adding_replicas"]),
+                tuple(r["removing_replicas"]),
+            )
+            for tp, r in answer.items()
+        }
+        return dict(sorted(out.items()))
+
+    # ------------------------------------------------------------------ configs
+    def alter_configs(
+        self, changes: Sequence[ConfigChange]
+    ) -> dict[tuple[ConfigKind, str], KafkaError | None]:
+        from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+        if not changes:
+            return {}
+        resources = []
+        for c in changes:
+            configs: dict[str, Any] = {k: (AlterConfigOp.SET, v) for k, v in c.set.items()}
+            configs.update({k: (AlterConfigOp.DELETE, None) for k in c.delete})
+            kind = ConfigResourceType.BROKER if c.kind == "broker" else ConfigResourceType.TOPIC
+            resources.append(ConfigResource(kind, c.name, configs=configs))
+        answer = self._call(
+            "alter configs",
+            self._admin.alter_configs,
+            resources,
+            False,  # validate_only
+            False,  # raise_on_unknown: the broker validates names itself
+            True,  # incremental
+        )
+        out: dict[tuple[ConfigKind, str], KafkaError | None] = {}
+        for c in changes:
+            result = answer.get(c.kind, {}).get(c.name)
+            if result == "OK":
+                out[(c.kind, c.name)] = None
+            else:
+                out[(c.kind, c.name)] = KafkaError(
+                    f"alter configs of {c.kind} {c.name}: {result or 'no answer'}",
+                    code=_code_of(str(result)),
+                )
+        return out
+
+    def describe_configs(
+        self, kind: ConfigKind, names: Collection[str]
+    ) -> dict[str, dict[str, str]]:
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        rtype = ConfigResourceType.BROKER if kind == "broker" else ConfigResourceType.TOPIC
+        out: dict[str, dict[str, str]] = {}
+        for name in sorted(names):
+            answer = self._call(
+                f"describe configs of {kind} {name}",
+                self._admin.describe_configs,
+                [ConfigResource(rtype, str(name))],
+            )
+            values = answer.get(kind, {}).get(str(name), {})
+            out[str(name)] = {
+                k: str(v["value"]) for k, v in values.items() if v.get("value") is not None
+            }
+        return out
+
+    # ------------------------------------------------------------------ topics
+    def create_topic(
+        self,
+        name: str,
+        assignment: Mapping[int, Sequence[int]],
+        configs: Mapping[str, str] | None = None,
+    ) -> None:
+        request = {
+            name: {
+                "assignments": {p: list(r) for p, r in sorted(assignment.items())},
+                "configs": dict(configs or {}),
+            }
+        }
+        self._call(f"create topic {name}", self._admin.create_topics, request, self._timeout_ms)
+
+
+def _code_of(result: str) -> str | None:
+    # kafka-python renders per-resource errors as "[Error N] SomethingError: detail".
+    head = result.split(":", 1)[0].strip()
+    return head.rsplit(" ", 1)[-1] if head.endswith("Error") else None

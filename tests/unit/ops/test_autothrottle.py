@@ -1,0 +1,149 @@
+"""Autothrottle: throttles follow reassignments, are recorded first, and never stay behind."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from streamplane.core.throttle import (
+    FOLLOWER_RATE,
+    FOLLOWER_REPLICAS,
+    LEADER_RATE,
+    LEADER_REPLICAS,
+    ThrottleLimits,
+)
+from streamplane.exceptions import KafkaError
+from streamplane.ops.autothrottle import (
+    Autothrottle,
+    AutothrottleParams,
+    Terminated,
+    ThrottleState,
+    default_state_file,
+    terminate_on,
+)
+from streamplane.ops.stub import StubOpsAdmin
+
+MB = 1_000_000
+
+
+def _setup(tmp_path: Path, steps: int = 3) -> tuple[StubOpsAdmin, Autothrottle, list[float]]:
+    admin = StubOpsAdmin.cluster(
+        {1: "a", 2: "b", 3: "c"},
+        {("t", 0): (1, 2), ("t", 1): (2, 3), ("u", 0): (3, 1)},
+        sizes={("t", 0): 10 * MB},
+        reassignment_steps=steps,
+    )
+    now = [0.0]
+    params = AutothrottleParams(
+        capacity=100 * MB,
+        limits=ThrottleLimits(minimum=1 * MB),
+        state_file=tmp_path / "state.json",
+        interval=1,
+    )
+    at = Autothrottle(admin, params, bootstrap="stub", clock=lambda: now[0], sleep=lambda s: None)
+    return admin, at, now
+
+
+def test_throttles_follow_the_reassignment_and_are_removed_after(tmp_path: Path) -> None:
+    admin, at, now = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    first = at.step()
+    # No previous sample: kafka-kit's fallback, the minimum.
+    assert first.broker_configs == {
+        1: {LEADER_RATE: str(MB)},
+        2: {LEADER_RATE: str(MB)},
+        3: {FOLLOWER_RATE: str(MB)},
+    }
+    assert admin.throttle_configs()[("topic", "t")] == {
+        LEADER_REPLICAS: "0:1,0:2",
+        FOLLOWER_REPLICAS: "0:3",
+    }
+    assert ("topic", "u") not in admin.throttle_configs()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["previous"]["broker:3"] == {LEADER_RATE: None, FOLLOWER_RATE: None}
+    # 2 MB copied to broker 3 in one second: measured replication 2 MB/s.
+    admin.sizes[("t", 0)] = 12 * MB
+    now[0] = 1.0
+    second = at.step()
+    follower = int(second.broker_configs[3][FOLLOWER_RATE])
+    assert follower == int(100 * MB * 0.9) or follower > 50 * MB
+    admin.running.clear()
+    assert at.step().cleared
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_earlier_values_are_restored_not_deleted(tmp_path: Path) -> None:
+    admin, at, _ = _setup(tmp_path, steps=100)
+    admin.configs[("broker", "3")] = {FOLLOWER_RATE: "777", "other": "x"}
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    at.step()
+    assert admin.configs[("broker", "3")][FOLLOWER_RATE] == str(MB)
+    at.clear()
+    assert admin.configs[("broker", "3")] == {FOLLOWER_RATE: "777", "other": "x"}
+
+
+def test_a_state_file_left_by_a_killed_run_is_cleaned_up_first(tmp_path: Path) -> None:
+    admin, at, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    at.step()
+    assert admin.throttle_configs()
+    # The process dies here: nothing cleared. A new one starts with the same state file.
+    admin.running.clear()
+    _, again, _ = _setup(tmp_path)
+    again.admin = admin
+    cleared = again.recover()
+    assert cleared == ["broker:1", "broker:2", "broker:3", "topic:t"]
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "state.json").exists()
+    assert again.recover() == []
+
+
+def test_state_is_recorded_before_configs_are_written(tmp_path: Path) -> None:
+    admin, at, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    admin.fail["alter_configs"] = KafkaError("broker down")
+    with pytest.raises(KafkaError, match="broker down"):
+        at.step()
+    assert ThrottleState.load(tmp_path / "state.json") is not None
+
+
+def test_partitions_that_finish_lose_their_throttles(tmp_path: Path) -> None:
+    admin, at, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2), ("u", 0): (3, 2)})
+    at.step()
+    assert ("topic", "u") in admin.throttle_configs()
+    del admin.running[("u", 0)]
+    at.step()
+    assert ("topic", "u") not in admin.throttle_configs()
+    assert ("topic", "t") in admin.throttle_configs()
+
+
+def test_run_clears_on_exit_and_on_errors(tmp_path: Path) -> None:
+    admin, at, _ = _setup(tmp_path, steps=3)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    steps = at.run(until_idle=True)
+    assert steps >= 2 and admin.throttle_configs() == {}
+    admin.alter_reassignments({("t", 1): (1, 3)})
+    admin.reassignment_steps = 100
+
+    def boom(_: float) -> None:
+        raise Terminated("received SIGTERM")
+
+    at._sleep = boom
+    with pytest.raises(Terminated):
+        at.run()
+    assert admin.throttle_configs() == {}
+
+
+def test_terminate_on_turns_sigterm_into_an_exception() -> None:
+    with pytest.raises(Terminated, match="SIGTERM"), terminate_on(signal.SIGTERM):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def test_default_state_file_is_per_cluster() -> None:
+    assert default_state_file("a:1,b:2") == default_state_file("b:2,a:1")
+    assert default_state_file("a:1") != default_state_file("a:2")
