@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamplane import __version__
+from streamplane.controlplane.assigner import AssignerService
+from streamplane.controlplane.groups_api import groups_router
 from streamplane.controlplane.schemas import (
     CLUSTER_NAME_PATTERN,
     STREAM_NAME_PATTERN,
@@ -45,6 +47,7 @@ from streamplane.controlplane.schemas import (
 from streamplane.controlplane.service import ControlPlaneService, parse_tag_filter
 from streamplane.controlplane.store import Store
 from streamplane.controlplane.watch import WatchHub
+from streamplane.core.assignment import AssignerConfig
 from streamplane.exceptions import (
     ConfigError,
     Conflict,
@@ -72,6 +75,9 @@ class ControlPlaneSettings(BaseModel):
         description="How often waiting watches re-check the store (changes by other replicas).",
     )
     kafka_timeout: float = Field(default=15.0, gt=0, description="Seconds per Kafka admin call.")
+    lease_ttl_s: float = Field(
+        default=1.5, gt=0, le=60, description="Assigner: a lease lasts this long after a heartbeat."
+    )
 
     @field_validator("api_token")
     @classmethod
@@ -211,6 +217,10 @@ def create_app(
         return actor if actor and actor.isprintable() else "api"
 
     Actor = Annotated[str, Depends(require_token)]
+
+    assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
+    app.state.assigner = assigner
+    app.include_router(groups_router(assigner, require_token, _errors))
 
     # ------------------------------------------------------------------ health
     @app.get("/healthz", response_model=Health, tags=["health"])

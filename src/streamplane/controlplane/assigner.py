@@ -1,0 +1,156 @@
+"""The Assigner as a control-plane service: groups, heartbeats, leases.
+
+The decisions are the pure ``core.assignment``; this adapter keeps one ``GroupState``
+per group in memory, derives each group's work units from its stream's routing table
+(every partition of every readable segment of the group's lanes), and runs the clock.
+
+State is in memory on purpose: a restarted control plane rebuilds it from the members
+themselves. For ``recovery_s`` after start (a little more than a lease), heartbeats are
+answered with exactly the units each member claims to hold, so nothing moves while the
+Assigner cannot yet know who holds what; then the state is rebuilt from those claims
+(``core.assignment.restore``) and normal balancing resumes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from streamplane.core import assignment as core
+from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
+from streamplane.core.routing import RoutingTable
+from streamplane.exceptions import ConfigError
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    work_units: frozenset[WorkUnit]
+    release: frozenset[WorkUnit]
+    lease_s: float  # the lease runs for this long from the answer
+    generation: int
+
+
+@dataclass
+class _Group:
+    stream: str
+    lanes: tuple[str, ...]
+    epoch: int = -1
+    state: core.GroupState | None = None
+    # During recovery: member -> (load, claimed units).
+    claims: dict[str, tuple[MemberLoad, frozenset[WorkUnit]]] = field(default_factory=dict)
+
+
+class AssignerService:
+    def __init__(
+        self,
+        routing: Callable[[str], RoutingTable],
+        config: AssignerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        recovery_s: float | None = None,
+    ) -> None:
+        self._routing = routing
+        self.config = config or AssignerConfig(lease_ttl_s=1.5)
+        self._clock = clock
+        self._recover_until = clock() + (
+            recovery_s if recovery_s is not None else self.config.lease_ttl_s + 1.0
+        )
+        self._groups: dict[str, _Group] = {}
+        self._lock = threading.Lock()
+
+    def _units(self, group: _Group) -> frozenset[WorkUnit]:
+        table = self._routing(group.stream)
+        group.epoch = table.epoch
+        return frozenset(
+            WorkUnit(seg.topic, p, seg.cluster)
+            for seg in table.readable(group.lanes)
+            for p in range(seg.partitions)
+        )
+
+    def heartbeat(
+        self,
+        group_id: str,
+        stream: str,
+        lanes: Sequence[str],
+        member_id: str,
+        load: MemberLoad,
+        released: Iterable[WorkUnit] = (),
+        claims: Iterable[WorkUnit] = (),
+    ) -> HeartbeatAnswer:
+        now = self._clock()
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None:
+                group = self._groups[group_id] = _Group(stream, tuple(lanes))
+            elif group.stream != stream or group.lanes != tuple(lanes):
+                raise ConfigError(
+                    f"group {group_id!r} consumes stream {group.stream!r} lanes "
+                    f"{list(group.lanes)}; a member asked for {stream!r} {list(lanes)}"
+                )
+            if group.state is None and now < self._recover_until:
+                claimed = frozenset(claims)
+                group.claims[member_id] = (load, claimed)
+                return HeartbeatAnswer(claimed, frozenset(), self.config.lease_ttl_s, 0)
+            units = self._units(group)
+            if group.state is None:
+                group.state = core.restore(self.config, units, group.claims, now)
+                group.claims.clear()
+            else:
+                group.state = core.set_work_units(group.state, units)
+            group.state, answer = core.heartbeat(group.state, member_id, load, now, released)
+            return HeartbeatAnswer(
+                answer.work_units,
+                answer.release,
+                max(0.0, answer.lease_expiry - now),
+                answer.generation,
+            )
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None:
+                group.claims.pop(member_id, None)
+                if group.state is not None:
+                    group.state = core.leave(group.state, member_id)
+
+    def describe(self, group_id: str) -> dict[str, object]:
+        """Members, their units and leases (seconds left), the generation."""
+        now = self._clock()
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None:
+                raise KeyError(group_id)
+            state = group.state
+            if state is not None:
+                state = group.state = core.expire(state, now)
+            members = []
+            if state is not None:
+                for m in state.members.values():
+                    members.append(
+                        {
+                            "member_id": m.member_id,
+                            "units": sorted(_unit_json(u) for u in m.active),
+                            "releasing": sorted(_unit_json(u) for u in m.releasing),
+                            "lease_s": round(max(0.0, m.lease_expiry - now), 3),
+                            "cpu": m.load.cpu,
+                            "records_per_s": m.load.records_per_s,
+                        }
+                    )
+            return {
+                "group": group_id,
+                "stream": group.stream,
+                "lanes": list(group.lanes),
+                "generation": state.generation if state is not None else 0,
+                "recovering": state is None,
+                "members": members,
+            }
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return sorted(self._groups)
+
+
+def _unit_json(u: WorkUnit) -> str:
+    return f"{u.cluster}/{u.topic}/{u.partition}"

@@ -1,0 +1,112 @@
+"""HTTP API of the Assigner: heartbeats, leaving, describing a group."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamplane.controlplane.assigner import AssignerService
+from streamplane.core.assignment import MemberLoad, UnitLoad, WorkUnit
+
+
+class UnitRef(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str = Field(min_length=1, max_length=200)
+    topic: str = Field(min_length=1, max_length=249)
+    partition: int = Field(ge=0, le=1_000_000)
+
+    def unit(self) -> WorkUnit:
+        return WorkUnit(self.topic, self.partition, self.cluster)
+
+    @classmethod
+    def of(cls, u: WorkUnit) -> UnitRef:
+        return cls(cluster=u.cluster, topic=u.topic, partition=u.partition)
+
+
+class UnitLoadIn(UnitRef):
+    throughput: float = Field(default=0.0, ge=0, le=1e12)
+    backlog: int = Field(default=0, ge=0)
+
+
+class HeartbeatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    member_id: str = Field(min_length=1, max_length=200)
+    stream: str = Field(min_length=1, max_length=63)
+    lanes: list[str] = Field(min_length=1, max_length=32)
+    cpu: float = Field(default=0.0, ge=0, le=1)
+    records_per_s: float = Field(default=0.0, ge=0, le=1e12)
+    units: list[UnitLoadIn] = Field(default_factory=list, max_length=100_000)
+    released: list[UnitRef] = Field(default_factory=list, max_length=100_000)
+    claims: list[UnitRef] = Field(default_factory=list, max_length=100_000)
+
+
+class HeartbeatOut(BaseModel):
+    work_units: list[UnitRef]
+    release: list[UnitRef]
+    lease_s: float
+    generation: int
+
+
+def groups_router(
+    assigner: AssignerService,
+    require_token: Callable[..., Any],
+    errors: Callable[..., dict[int | str, dict[str, Any]]],
+) -> APIRouter:
+    """The router; ``require_token`` is the app's token check, ``errors`` documents errors."""
+    router = APIRouter(tags=["groups"])
+    auth = [Depends(require_token)]
+
+    @router.post(
+        "/v1/groups/{group}/heartbeat",
+        response_model=HeartbeatOut,
+        dependencies=auth,
+        responses=errors(400, 401, 403, 422),
+    )
+    def heartbeat(group: str, body: HeartbeatIn) -> HeartbeatOut:
+        load = MemberLoad(
+            cpu=body.cpu,
+            records_per_s=body.records_per_s,
+            units={u.unit(): UnitLoad(u.throughput, u.backlog) for u in body.units},
+        )
+        answer = assigner.heartbeat(
+            group,
+            body.stream,
+            body.lanes,
+            body.member_id,
+            load,
+            released=[u.unit() for u in body.released],
+            claims=[u.unit() for u in body.claims],
+        )
+        return HeartbeatOut(
+            work_units=[UnitRef.of(u) for u in sorted(answer.work_units, key=_key)],
+            release=[UnitRef.of(u) for u in sorted(answer.release, key=_key)],
+            lease_s=answer.lease_s,
+            generation=answer.generation,
+        )
+
+    @router.delete(
+        "/v1/groups/{group}/members/{member_id}",
+        status_code=204,
+        dependencies=auth,
+        responses=errors(401, 403, 422),
+    )
+    def leave(group: str, member_id: str) -> None:
+        assigner.leave(group, member_id)
+
+    @router.get("/v1/groups/{group}/members", responses=errors(404, 422))
+    def describe(group: str) -> dict[str, object]:
+        try:
+            return assigner.describe(group)
+        except KeyError:
+            raise HTTPException(404, f"unknown group {group!r}") from None
+
+    return router
+
+
+def _key(u: WorkUnit) -> tuple[str, str, int]:
+    return (u.cluster, u.topic, u.partition)

@@ -1,0 +1,120 @@
+"""The Assigner service (adapter over core.assignment) and its HTTP API."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from streamplane.controlplane.assigner import AssignerService
+from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
+from streamplane.core.routing import RoutingTable, move_lanes, new_routing_table
+
+from .conftest import AUTH
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def service(table: list[RoutingTable], clock: Clock, recovery_s: float = 0.0) -> AssignerService:
+    return AssignerService(
+        lambda _s: table[0], AssignerConfig(lease_ttl_s=1.5), clock=clock, recovery_s=recovery_s
+    )
+
+
+def test_members_share_units_and_a_dead_member_loses_them_at_lease_expiry() -> None:
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 6)]
+    svc = service(table, clock)
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    assert len(a.work_units) == 6 and a.lease_s == 1.5
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), released=a.work_units)
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    assert len(a.work_units) + len(b.work_units) == 6 and a.work_units.isdisjoint(b.work_units)
+    # b stops heartbeating: at its lease expiry a's next heartbeat gets everything.
+    clock.now += 1.0
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    assert len(a.work_units) < 6
+    clock.now += 0.6
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    assert len(a.work_units) == 6
+
+
+def test_routing_change_adds_units() -> None:
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 2)]
+    svc = service(table, clock)
+    svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    table[0] = move_lanes(table[0], ["realtime"], "local-b", partitions=3)
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    assert {u.cluster for u in a.work_units} == {"local-a", "local-b"}
+    assert len(a.work_units) == 5  # the draining segment's 2 + the new one's 3
+
+
+def test_recovery_window_answers_claims_then_rebuilds_from_them() -> None:
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 4)]
+    svc = service(table, clock, recovery_s=2.0)
+    units = sorted(
+        (WorkUnit("sp.s.realtime.e1", p, "local-a") for p in range(4)), key=lambda u: u.partition
+    )
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), claims=units[:2])
+    assert a.work_units == frozenset(units[:2]) and a.generation == 0
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=units[2:3])
+    assert b.work_units == frozenset(units[2:3])
+    clock.now += 2.5
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), claims=units[:2])
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=units[2:3])
+    assert frozenset(units[:2]) <= a.work_units | a.release
+    assert units[2] in b.work_units
+    assert a.work_units.isdisjoint(b.work_units)
+    assert a.work_units | b.work_units | a.release | b.release == frozenset(units)
+
+
+def test_busy_member_gets_fewer_units() -> None:
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 12)]
+    svc = service(table, clock)
+    loads = {
+        "hot": MemberLoad(cpu=0.9),
+        "cool-1": MemberLoad(cpu=0.2),
+        "cool-2": MemberLoad(cpu=0.2),
+    }
+    answers = {}
+    for _ in range(6):  # a few rounds: releases are acknowledged, units move
+        for m, load in loads.items():
+            prev = answers.get(m)
+            answers[m] = svc.heartbeat(
+                "g", "s", ["realtime"], m, load, released=prev.release if prev else ()
+            )
+        clock.now += 0.3
+    counts = {m: len(a.work_units) for m, a in answers.items()}
+    assert sum(counts.values()) == 12
+    assert counts["hot"] < counts["cool-1"] and counts["hot"] < counts["cool-2"]
+
+
+def test_http_heartbeat_needs_a_token_and_answers(http: TestClient) -> None:
+    assert (
+        http.post(
+            "/v1/streams",
+            json={"name": "orders", "cluster": "local-a", "partitions": 3},
+            headers=AUTH,
+        ).status_code
+        == 201
+    )
+    body = {"member_id": "m1", "stream": "orders", "lanes": ["realtime", "bulk"], "cpu": 0.3}
+    assert http.post("/v1/groups/g/heartbeat", json=body).status_code == 401
+    resp = http.post("/v1/groups/g/heartbeat", json=body, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["lease_s"] > 0
+    described = http.get("/v1/groups/g/members").json()
+    assert described["stream"] == "orders"
+    assert http.get("/v1/groups/nope/members").status_code == 404
+    assert http.delete("/v1/groups/g/members/m1", headers=AUTH).status_code == 204
+    bad = {**body, "stream": "other"}
+    assert http.post("/v1/groups/g/heartbeat", json=bad, headers=AUTH).status_code == 400
