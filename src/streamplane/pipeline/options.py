@@ -1,0 +1,149 @@
+"""Options of the ``streamplane`` Spark data source, parsed and checked. Pure.
+
+Reading::
+
+    spark.readStream.format("streamplane")
+        .option("stream", "telemetry")          # required
+        .option("group", "telemetry-job")       # required: the group whose commit log we write
+        .option("controlPlane", "http://127.0.0.1:8470")   # default shown
+        .option("token", "...")                 # optional (reads need none)
+        .option("lanes", "realtime,bulk")       # default: every lane but the dlq
+        .option("maxRecordsPerTrigger", 50000)  # admission control (rows)
+        .option("maxBytesPerTrigger", 64 << 20) # admission control (bytes, estimated)
+        .option("startingOffsets", "committed") # committed | earliest | latest
+        .load()
+
+Writing: ``stream`` (required), ``controlPlane``, ``token``, ``lane`` (default: the
+stream's first lane; a ``lane`` column overrides it per row).
+
+Option names are case-insensitive (Spark lower-cases them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from streamplane.client.control_plane import DEFAULT_URL
+from streamplane.core.routing import DLQ_LANE, validate_lane_name, validate_stream_name
+from streamplane.exceptions import ConfigError
+
+STARTING_OFFSETS = ("committed", "earliest", "latest")
+DEFAULT_SPLIT_RECORDS = 100_000
+DEFAULT_ESTIMATED_RECORD_BYTES = 512
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    stream: str
+    group: str
+    control_plane: str = DEFAULT_URL
+    token: str | None = None
+    lanes: tuple[str, ...] | None = None  # None: every lane but the dlq
+    max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    estimated_record_bytes: int = DEFAULT_ESTIMATED_RECORD_BYTES
+    starting_offsets: str = "committed"
+    max_records_per_split: int = DEFAULT_SPLIT_RECORDS
+    commit_to_kafka: bool = True
+
+    @property
+    def max_rows(self) -> int | None:
+        """Admission control in rows: the tighter of the row and (estimated) byte limits."""
+        limits = []
+        if self.max_records_per_trigger is not None:
+            limits.append(self.max_records_per_trigger)
+        if self.max_bytes_per_trigger is not None:
+            limits.append(max(1, self.max_bytes_per_trigger // self.estimated_record_bytes))
+        return min(limits) if limits else None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    stream: str
+    control_plane: str = DEFAULT_URL
+    token: str | None = None
+    lane: str | None = None
+
+
+def _get(options: Mapping[str, str], *names: str) -> str | None:
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    for name in names:
+        value = lowered.get(name.lower())
+        if value is not None and str(value).strip() != "":
+            return str(value).strip()
+    return None
+
+
+def _required(options: Mapping[str, str], name: str, what: str) -> str:
+    value = _get(options, name)
+    if value is None:
+        raise ConfigError(f"the streamplane source needs the option {name!r} ({what})")
+    return value
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    value = _get(options, name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"option {name!r} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"option {name!r} must be at least 1, got {number}")
+    return number
+
+
+def _url(options: Mapping[str, str]) -> str:
+    url = _get(options, "controlPlane", "control_plane", "url") or DEFAULT_URL
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"option 'controlPlane' must be an http(s) URL, got {url!r}")
+    return url
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Check the reader's options; raises ConfigError naming the bad option."""
+    stream = validate_stream_name(_required(options, "stream", "the stream to read"))
+    group = _required(options, "group", "the consumer group whose progress the source commits")
+    lanes_text = _get(options, "lanes")
+    lanes: tuple[str, ...] | None = None
+    if lanes_text is not None:
+        lanes = tuple(x.strip() for x in lanes_text.split(",") if x.strip())
+        if not lanes:
+            raise ConfigError("option 'lanes' names no lane")
+        for lane in lanes:
+            validate_lane_name(lane)
+    starting = (_get(options, "startingOffsets") or "committed").lower()
+    if starting not in STARTING_OFFSETS:
+        raise ConfigError(
+            f"option 'startingOffsets' must be one of {', '.join(STARTING_OFFSETS)}, "
+            f"got {starting!r}"
+        )
+    commit_text = (_get(options, "commitToKafka") or "true").lower()
+    if commit_text not in ("true", "false"):
+        raise ConfigError(f"option 'commitToKafka' must be true or false, got {commit_text!r}")
+    return ReadOptions(
+        stream=stream,
+        group=group,
+        control_plane=_url(options),
+        token=_get(options, "token"),
+        lanes=lanes,
+        max_records_per_trigger=_positive(options, "maxRecordsPerTrigger"),
+        max_bytes_per_trigger=_positive(options, "maxBytesPerTrigger"),
+        estimated_record_bytes=_positive(options, "estimatedRecordBytes")
+        or DEFAULT_ESTIMATED_RECORD_BYTES,
+        starting_offsets=starting,
+        max_records_per_split=_positive(options, "maxRecordsPerSplit") or DEFAULT_SPLIT_RECORDS,
+        commit_to_kafka=commit_text == "true",
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    stream = validate_stream_name(_required(options, "stream", "the stream to write"))
+    lane = _get(options, "lane")
+    if lane is not None and lane != DLQ_LANE:
+        validate_lane_name(lane)
+    return WriteOptions(
+        stream=stream, control_plane=_url(options), token=_get(options, "token"), lane=lane
+    )

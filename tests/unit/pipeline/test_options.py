@@ -1,0 +1,64 @@
+"""Options of the streamplane Spark source: bad input names the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamplane.exceptions import ConfigError
+from streamplane.pipeline.options import parse_read_options, parse_write_options
+from streamplane.pipeline.spark import artifact_name
+
+
+def test_defaults_and_case_insensitive_names() -> None:
+    opts = parse_read_options({"stream": "logs", "GROUP": "g", "maxrecordspertrigger": "100"})
+    assert opts.stream == "logs" and opts.group == "g"
+    assert opts.max_rows == 100
+    assert opts.lanes is None and opts.starting_offsets == "committed"
+
+
+def test_bytes_limit_becomes_rows() -> None:
+    opts = parse_read_options(
+        {"stream": "s", "group": "g", "maxBytesPerTrigger": "10000", "estimatedRecordBytes": "100"}
+    )
+    assert opts.max_rows == 100
+    both = parse_read_options(
+        {"stream": "s", "group": "g", "maxBytesPerTrigger": "10000", "maxRecordsPerTrigger": "7"}
+    )
+    assert both.max_rows == 7
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"group": "g"}, "'stream'"),
+        ({"stream": "s"}, "'group'"),
+        ({"stream": "Bad Name", "group": "g"}, "invalid stream name"),
+        ({"stream": "s", "group": "g", "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+        ({"stream": "s", "group": "g", "maxBytesPerTrigger": "x"}, "maxBytesPerTrigger"),
+        ({"stream": "s", "group": "g", "lanes": " , "}, "'lanes'"),
+        ({"stream": "s", "group": "g", "startingOffsets": "middle"}, "startingOffsets"),
+        ({"stream": "s", "group": "g", "controlPlane": "ftp://x"}, "controlPlane"),
+    ],
+)
+def test_bad_read_options(options: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_read_options(options)
+
+
+def test_write_options() -> None:
+    assert parse_write_options({"stream": "s", "lane": "dlq"}).lane == "dlq"
+    with pytest.raises(ConfigError, match="'stream'"):
+        parse_write_options({})
+
+
+@pytest.mark.parametrize(
+    ("jar", "name"),
+    [
+        ("/x/jackson-core-2.13.5.jar", "jackson-core"),
+        ("delta-spark_4.2_2.13-4.4.0.jar", "delta-spark_4.2_2.13"),
+        ("zstd-jni-1.5.7-3.jar", "zstd-jni"),
+        ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "spark-sql-kafka-0-10_2.13"),
+    ],
+)
+def test_artifact_name(jar: str, name: str) -> None:
+    assert artifact_name(jar) == name
