@@ -37,6 +37,7 @@ from confluent_kafka import KafkaException as _RawKafkaException
 
 from streamplane.client.commit_store import CommitStore
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers
@@ -160,6 +161,9 @@ class StreamConsumer:
         max_buffered_per_lane: int = 5_000,
         fetch_batch: int = 1000,
         read_only: bool = False,
+        assigner: bool = True,
+        member_id: str | None = None,
+        heartbeat_interval_s: float = 0.3,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         if max_attempts < 1:
@@ -180,6 +184,13 @@ class StreamConsumer:
         self.max_buffered_per_lane = max_buffered_per_lane
         self.fetch_batch = fetch_batch
         self.read_only = read_only  # never commit (for browsing, e.g. `dlq list`)
+        self._use_assigner = assigner and not read_only
+        self._member_id = member_id
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._membership: GroupMembership | None = None
+        self._fenced_logged = False
+        self._last_load = (time.monotonic(), 0)
+        self._cpu_meter = CpuMeter()
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.RLock()  # re-entered: dlq callbacks run inside send()
@@ -219,6 +230,18 @@ class StreamConsumer:
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
         self._buffers = [deque() for _ in lanes]
         self._dlq = StreamProducer(self.stream, self._client, lane=DLQ_LANE).open()
+        if self._use_assigner:
+            self._membership = GroupMembership(
+                self._client,
+                self.group,
+                self.stream,
+                lanes,
+                member_id=self._member_id,
+                interval_s=self._heartbeat_interval_s,
+                load=self._load_report,
+            )
+            self._membership.start()
+            self._membership.changed.clear()
         self._assign(table)
         self._watcher.add_listener(self._on_routing)
         self._opened = True
@@ -242,6 +265,8 @@ class StreamConsumer:
         try:
             self._poll_dlq(5.0)
             self.commit()
+            if self._membership is not None:
+                self._membership.stop(leave=True)  # our units move on at once
         finally:
             for c in self._consumers.values():
                 c.close()
@@ -273,14 +298,15 @@ class StreamConsumer:
         self._pending_routing = table  # applied by the consuming thread
 
     def _assign(self, table: RoutingTable) -> None:
+        """Read what the routing offers and (with the Assigner) what this member owns."""
         assert self._lanes is not None
+        owned = self._membership.owned if self._membership is not None else None
         wanted: dict[PartitionKey, tuple[str, int]] = {}
         for seg in table.readable(self._lanes):
             for p in range(seg.partitions):
-                wanted[PartitionKey(seg.cluster, seg.topic, p)] = (
-                    seg.lane,
-                    self._lane_order[seg.lane],
-                )
+                key = PartitionKey(seg.cluster, seg.topic, p)
+                if owned is None or key in owned:
+                    wanted[key] = (seg.lane, self._lane_order[seg.lane])
         new = [k for k in wanted if k not in self._states]
         gone = [k for k in self._states if k not in wanted]
         if gone:
@@ -292,6 +318,14 @@ class StreamConsumer:
                 self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
             for cluster, tps in by_cluster.items():
                 self._consumer(cluster).incremental_unassign(tps)
+            # Records of units we gave up are not handed out any more (the next owner
+            # reads them from the committed state).
+            gone_set = set(gone)
+            for i, buf in enumerate(self._buffers):
+                if any(m._state.key in gone_set for m in buf):
+                    self._buffers[i] = deque(m for m in buf if m._state.key not in gone_set)
+            if self._membership is not None:
+                self._membership.released(gone)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
         for k in new:
             by_cluster_new.setdefault(k.cluster, []).append(k)
@@ -342,10 +376,13 @@ class StreamConsumer:
 
     def _housekeeping(self) -> None:
         pending = self._pending_routing
-        if pending is not None:
+        membership = self._membership
+        if pending is not None or (membership is not None and membership.changed.is_set()):
             self._pending_routing = None
+            if membership is not None:
+                membership.changed.clear()
             with self._lock:
-                self._assign(pending)
+                self._assign(pending or self._watcher.table)
         if self._retries:
             self._release_due_retries()
         if self._dlq_pending:
@@ -497,6 +534,8 @@ class StreamConsumer:
         with self._lock:
             while self._retries and self._retries[0][0] <= now:
                 _, _, old = heapq.heappop(self._retries)
+                if self._states.get(old._state.key) is not old._state:
+                    continue  # the unit moved to another member
                 again = StreamMessage(
                     self,
                     old._state,
@@ -521,6 +560,14 @@ class StreamConsumer:
         self._last_commit = time.monotonic()
         if self.read_only:
             return
+        if self._membership is not None and not self._membership.may_commit():
+            # Our lease ran out while the control plane answers: the units may have a new
+            # owner. Fence: commit nothing until a heartbeat renews the lease.
+            if not self._fenced_logged:
+                log.warning("lease expired: commits fenced until the next heartbeat answers")
+                self._fenced_logged = True
+            return
+        self._fenced_logged = False
         now_ms = int(time.time() * 1000)
         by_cluster: dict[str, list[tuple[PartitionState, Any]]] = {}
         with self._lock:
@@ -610,7 +657,26 @@ class StreamConsumer:
                             continue  # runs after the records before it with this key
                 pool.submit(work, msg)
 
+    def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
+        """CPU, records/s and per-unit throughput since the last heartbeat."""
+        assert self._membership is not None
+        now = time.monotonic()
+        since, delivered_before = self._last_load
+        elapsed = max(1e-3, now - since)
+        delivered = self.stats["delivered"]
+        self._last_load = (now, delivered)
+        units = []
+        for state in list(self._states.values()):
+            fetched, state.fetched = state.fetched, 0
+            units.append({**unit_json(state.key), "throughput": fetched / elapsed})
+        cpu = self._cpu_meter()
+        return cpu, (delivered - delivered_before) / elapsed, units
+
     # ------------------------------------------------------------------ introspection
+    @property
+    def member_id(self) -> str | None:
+        return self._membership.member_id if self._membership is not None else None
+
     def assignment(self) -> list[PartitionKey]:
         return list(self._states)
 

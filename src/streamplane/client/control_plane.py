@@ -202,6 +202,47 @@ class ControlPlaneClient:
         params = {"stream": stream} if stream is not None else {}
         return self._json("GET", "/v1/audit", params=params)  # type: ignore[no-any-return]
 
+    # ------------------------------------------------------------------ groups (the Assigner)
+    def group_heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        stream: str,
+        lanes: Sequence[str],
+        *,
+        cpu: float = 0.0,
+        records_per_s: float = 0.0,
+        units: Sequence[Mapping[str, Any]] = (),
+        released: Sequence[Mapping[str, Any]] = (),
+        claims: Sequence[Mapping[str, Any]] = (),
+        timeout: float = 2.0,
+    ) -> dict[str, Any]:
+        """One heartbeat: the member's load in, its work units and lease out.
+
+        Units are ``{"cluster", "topic", "partition"}`` dicts (``units`` may add
+        ``throughput`` and ``backlog``). The answer has ``work_units``, ``release`` (units
+        to stop and hand back in ``released``), ``lease_s`` and ``generation``.
+        """
+        body = {
+            "member_id": member_id,
+            "stream": stream,
+            "lanes": list(lanes),
+            "cpu": min(1.0, max(0.0, cpu)),
+            "records_per_s": max(0.0, records_per_s),
+            "units": list(units),
+            "released": list(released),
+            "claims": list(claims),
+        }
+        path = f"/v1/groups/{_seg(group)}/heartbeat"
+        return self._json("POST", path, json=body, timeout=timeout)  # type: ignore[no-any-return]
+
+    def leave_group(self, group: str, member_id: str, timeout: float = 2.0) -> None:
+        self._json("DELETE", f"/v1/groups/{_seg(group)}/members/{_seg(member_id)}", timeout=timeout)
+
+    def describe_group(self, group: str) -> dict[str, Any]:
+        """Members with their units and leases, the generation."""
+        return self._json("GET", f"/v1/groups/{_seg(group)}/members")  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ plumbing
     def _routing(self, doc: Any) -> RoutingTable:
         try:

@@ -29,6 +29,7 @@ class PartitionState:
         "attempts",
         "base",
         "dirty",
+        "fetched",
         "key",
         "lane",
         "next_fetch",
@@ -52,6 +53,7 @@ class PartitionState:
         self.timestamps: dict[int, int] = {}  # unsettled fetched offset -> ingestion ms
         self.next_fetch: int | None = None
         self.dirty = False
+        self.fetched = 0  # records fetched, for the load reported to the Assigner
         self.paused = False
         self.restored_skips = 0
         # Highest offset a commit had settled above its low watermark (-1: none). Only
@@ -85,6 +87,7 @@ class PartitionState:
             self.restored_skips += 1
             return False
         self.timestamps[offset] = timestamp_ms
+        self.fetched += 1
         return True
 
     def settle(self, offset: int, rejected: bool = False) -> bool:

@@ -1,0 +1,166 @@
+"""A consumer's membership of its group: heartbeats to the Assigner, leases, releases.
+
+A daemon thread heartbeats every ``interval_s`` with the member's load and the units it
+holds (its *claims*, so a restarted control plane can rebuild who holds what) and the
+units it has let go of. The consuming thread reads ``owned`` and ``release`` and calls
+``released(...)`` once it has stopped and committed units.
+
+Fail-static: while the control plane cannot be reached, the last answer stays in force
+and the member keeps its work; the thread keeps trying and resyncs when it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.partition_state import PartitionKey
+from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable
+
+log = logging.getLogger(__name__)
+
+# A member stops committing a little before its lease runs out on the control plane.
+LEASE_MARGIN_S = 0.2
+
+
+def unit_json(k: PartitionKey) -> dict[str, Any]:
+    return {"cluster": k.cluster, "topic": k.topic, "partition": k.partition}
+
+
+def unit_key(d: Mapping[str, Any]) -> PartitionKey:
+    return PartitionKey(str(d["cluster"]), str(d["topic"]), int(d["partition"]))
+
+
+class CpuMeter:
+    """This process's CPU use (0..1 of one core per core available) since the last call."""
+
+    def __init__(self) -> None:
+        self._last = (time.monotonic(), time.process_time())
+        self._cores = max(1, len(os.sched_getaffinity(0)))
+
+    def __call__(self) -> float:
+        now = (time.monotonic(), time.process_time())
+        wall = now[0] - self._last[0]
+        busy = now[1] - self._last[1]
+        self._last = now
+        return 0.0 if wall <= 0 else min(1.0, busy / wall / self._cores)
+
+
+class GroupMembership:
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        group: str,
+        stream: str,
+        lanes: Sequence[str],
+        *,
+        member_id: str | None = None,
+        interval_s: float = 0.3,
+        load: Callable[[], tuple[float, float, list[dict[str, Any]]]] | None = None,
+    ) -> None:
+        self._client = client
+        self.group = group
+        self.stream = stream
+        self.lanes = list(lanes)
+        self.member_id = member_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.interval_s = interval_s
+        self._cpu = CpuMeter()
+        self._load = load or (lambda: (self._cpu(), 0.0, []))
+        self._lock = threading.Lock()
+        self._owned: frozenset[PartitionKey] = frozenset()
+        self._release: frozenset[PartitionKey] = frozenset()
+        self._released: set[PartitionKey] = set()
+        self.generation = -1
+        self._lease_deadline = 0.0
+        self.connected = False
+        self.changed = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def owned(self) -> frozenset[PartitionKey]:
+        return self._owned
+
+    @property
+    def release(self) -> frozenset[PartitionKey]:
+        return self._release
+
+    def may_commit(self) -> bool:
+        """False once our lease has run out while the control plane answers (fenced)."""
+        return not self.connected or time.monotonic() < self._lease_deadline
+
+    def start(self) -> None:
+        """The first heartbeat (raises if the control plane cannot be reached), then the loop."""
+        self._beat()
+        self._thread = threading.Thread(
+            target=self._run, name=f"membership-{self.group}", daemon=True
+        )
+        self._thread.start()
+
+    def released(self, keys: Iterable[PartitionKey]) -> None:
+        """The consumer stopped and committed these units: report them next heartbeat."""
+        with self._lock:
+            self._released.update(keys)
+        self._wake.set()
+
+    def stop(self, leave: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if leave:
+            try:
+                self._client.leave_group(self.group, self.member_id)
+            except ControlPlaneError as exc:
+                log.info("could not leave group %s cleanly: %s", self.group, exc)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._beat()
+            except ControlPlaneUnavailable:
+                if self.connected:
+                    log.warning(
+                        "control plane unreachable: keeping %d work units", len(self._owned)
+                    )
+                self.connected = False
+            except ControlPlaneError as exc:
+                log.warning("heartbeat of %s failed: %s", self.member_id, exc)
+
+    def _beat(self) -> None:
+        with self._lock:
+            released = set(self._released)
+        cpu, rate, units = self._load()
+        sent_at = time.monotonic()
+        answer = self._client.group_heartbeat(
+            self.group,
+            self.member_id,
+            self.stream,
+            self.lanes,
+            cpu=cpu,
+            records_per_s=rate,
+            units=units,
+            released=[unit_json(k) for k in released],
+            claims=[unit_json(k) for k in self._owned - released],
+        )
+        owned = frozenset(unit_key(u) for u in answer["work_units"])
+        release = frozenset(unit_key(u) for u in answer["release"])
+        with self._lock:
+            self._released -= released
+        self._lease_deadline = sent_at + float(answer["lease_s"]) - LEASE_MARGIN_S
+        self.connected = True
+        if owned != self._owned or release != self._release:
+            self._owned, self._release = owned, release
+            self.generation = int(answer["generation"])
+            self.changed.set()
