@@ -15,6 +15,10 @@
   ``offset.metadata.max.bytes``, the full state is spilled to the compacted side topic
   ``sp.<stream>.__commitlog`` and the metadata points at it (plus as much state as
   fits), so nothing is dropped and nothing stalls.
+- Which partitions this member reads comes from the control plane's Assigner
+  (``membership.GroupMembership``): leases renewed by heartbeats, released units
+  committed first, commits fenced once a lease ran out, fail-static while the control
+  plane is away. ``assigner=False`` reads every partition (a group of one).
 - A partition whose in-flight window (fetch position minus low watermark) exceeds
   ``max_in_flight`` is paused until its low watermark moves: memory stays bounded.
 """
