@@ -11,6 +11,8 @@ from streamplane.cli.clusters import clusters
 from streamplane.cli.control_plane import control_plane
 from streamplane.cli.dlq import dlq
 from streamplane.cli.local import local
+from streamplane.cli.ops import ops
+from streamplane.cli.pipeline import generate, pipeline
 from streamplane.cli.run import run
 from streamplane.cli.streams import streams
 from streamplane.exceptions import StreamplaneError
@@ -28,6 +30,9 @@ cli.add_command(control_plane)
 cli.add_command(clusters)
 cli.add_command(streams)
 cli.add_command(dlq)
+cli.add_command(pipeline)
+cli.add_command(generate)
+cli.add_command(ops)
 
 
 def main() -> None:

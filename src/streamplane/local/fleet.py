@@ -335,6 +335,59 @@ class LocalFleet:
             _wait_broker(new_broker, 60.0)
         return new_broker
 
+    def add_broker(self, cluster: str, rack: str | None = None) -> BrokerInfo:
+        """Start one more broker (broker role only, next free id) in a running cluster.
+
+        Its settings are copied from broker 1's file with the node id, listener, log dir
+        and rack changed; the controller quorum stays the original voters.
+        """
+        desc = self.descriptor()
+        info = desc.cluster(cluster)
+        first = info.brokers[0]
+        node_id = max(b.node_id for b in info.brokers) + 1
+        port = _allocate_ports(1, None)[0]
+        bdir = Path(first.config_file).parent.parent / f"broker-{node_id}"
+        broker = BrokerInfo(
+            node_id=node_id,
+            host=HOST,
+            port=port,
+            controller_port=0,
+            rack=rack,
+            pid=None,
+            log_dir=str(bdir / "data"),
+            config_file=str(bdir / "server.properties"),
+            log_file=str(bdir / "logs" / "server.log"),
+        )
+        (bdir / "logs").mkdir(parents=True, exist_ok=True)
+        config = dict(
+            line.split("=", 1)
+            for line in Path(first.config_file).read_text().splitlines()
+            if "=" in line
+        )
+        config.update(
+            {
+                "process.roles": "broker",
+                "node.id": str(node_id),
+                "listeners": f"PLAINTEXT://{HOST}:{port}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+                "log.dirs": broker.log_dir,
+            }
+        )
+        config.pop("broker.rack", None)
+        if rack is not None:
+            config["broker.rack"] = rack
+        Path(broker.config_file).write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=broker.log_file))
+        java = require_java()
+        classpath = self.distribution.classpath()
+        _format_all(java, classpath, [info.model_copy(update={"brokers": [broker]})])
+        broker = broker.model_copy(update={"pid": _launch(java, classpath, broker, desc.heap_mb)})
+        clusters = dict(desc.clusters)
+        clusters[cluster] = info.model_copy(update={"brokers": [*info.brokers, broker]})
+        desc.model_copy(update={"clusters": clusters}).save(self.descriptor_file)
+        _wait_broker(broker, 60.0)
+        return broker
+
     # ------------------------------------------------------------------ status
     def status(self) -> list[ClusterStatus]:
         desc = self.descriptor()

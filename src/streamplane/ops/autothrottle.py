@@ -36,7 +36,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -218,9 +218,19 @@ class Autothrottle:
             self._last = None
             return StepResult(0, {}, {}, cleared)
         changes = [_change(r) for r in running.values()]
+        return self._set(changes, self._measure(running))
+
+    def prepare(self, changes: Sequence[ReplicaChange]) -> StepResult:
+        """Throttle reassignments about to be submitted (as ``kafka-reassign-partitions``
+        does), so not a byte is copied unthrottled. No traffic is known yet: kafka-kit's
+        fallback applies (the throttle in force, or the minimum)."""
+        return self._set(list(changes), {})
+
+    def _set(
+        self, changes: list[ReplicaChange], traffic: Mapping[int, BrokerTraffic]
+    ) -> StepResult:
         roles = reassignment_roles(changes)
         topic_values = throttled_replicas(changes)
-        traffic = self._measure(running)
         plan = compute_throttles(
             traffic, self.params.capacity, roles, self.params.limits, self._rates
         )
@@ -236,7 +246,7 @@ class Autothrottle:
         for bid in plan.removals:
             self._rates.pop(bid, None)
         self._write(broker_values, topic_values)
-        return StepResult(len(running), broker_values, topic_values, False, tuple(plan.warnings))
+        return StepResult(len(changes), broker_values, topic_values, False, tuple(plan.warnings))
 
     def _measure(self, running: Mapping[TopicPartition, Reassignment]) -> dict[int, BrokerTraffic]:
         now = self._clock()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from streamplane.core.mapper.exceptions import ReassignmentJsonError
 from streamplane.core.mapper.models import Partition, PartitionMap, TopicPartition
 from streamplane.core.mapper.reassignment_json import parse_reassignment_json
+from streamplane.core.throttle import ReplicaChange
 from streamplane.exceptions import ConfigError, KafkaError
 from streamplane.ops.kafka_ops import OpsAdmin, PartitionState
 
@@ -185,6 +186,7 @@ class Executor:
         *,
         on_progress: Callable[[Progress], None] = lambda _: None,
         on_poll: Callable[[], None] = lambda: None,
+        before_submit: Callable[[list[ReplicaChange]], None] = lambda _: None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -193,6 +195,7 @@ class Executor:
         self.params.validate()
         self._on_progress = on_progress
         self._on_poll = on_poll
+        self._before_submit = before_submit
         self._sleep = sleep
         self._clock = clock
 
@@ -204,13 +207,14 @@ class Executor:
         if not changes:
             return report
         if not self.params.wait:
-            self._submit([new for _, new in changes], report)
+            self._submit([new for _, new in changes], report, plan.current)
             report.elapsed = self._clock() - start
             return report
+        self._added = {new.key: set(new.replicas) - set(old.replicas) for old, new in changes}
         groups = batches(changes, self.params.concurrency)
         total = sum(len(g) for g in groups)
         for n, group in enumerate(groups, 1):
-            submitted = self._submit(group, report)
+            submitted = self._submit(group, report, plan.current)
             if not submitted:
                 continue
             try:
@@ -222,8 +226,14 @@ class Executor:
         return report
 
     def _submit(
-        self, group: Sequence[Partition], report: ExecutionReport
+        self, group: Sequence[Partition], report: ExecutionReport, current: PartitionMap
     ) -> dict[TopicPartition, Partition]:
+        self._before_submit(
+            [
+                ReplicaChange(p.topic, p.partition, current[p.key].replicas, p.replicas)
+                for p in group
+            ]
+        )
         answers = self.admin.alter_reassignments({p.key: p.replicas for p in group})
         submitted: dict[TopicPartition, Partition] = {}
         for p in group:
@@ -245,7 +255,8 @@ class Executor:
     ) -> None:
         started = self._clock()
         pending = dict(submitted)
-        destinations = tuple(sorted({b for p in submitted.values() for b in p.replicas}))
+        added = getattr(self, "_added", {})
+        destinations = tuple(sorted({b for k in submitted for b in added.get(k, ())}))
         while True:
             self._on_poll()
             running = self.admin.list_reassignments()

@@ -20,6 +20,7 @@ says so.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -101,7 +102,7 @@ class OpsAdmin(Protocol):
     """What the ops tools ask of one Kafka cluster."""
 
     def brokers(self) -> dict[int, BrokerNode]:
-        """Live brokers by id (a dead broker is absent)."""
+        """Live brokers by id (a dead or fenced broker is absent)."""
         ...
 
     def partitions(
@@ -173,11 +174,13 @@ class KafkaOpsAdmin:
         bootstrap: str,
         *,
         request_timeout_s: float = 30.0,
+        attempts: int = 5,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         from kafka.admin import KafkaAdminClient
 
         self.bootstrap = bootstrap
+        self._attempts = max(1, attempts)
         self._timeout_ms = int(request_timeout_s * 1000)
         conf: dict[str, Any] = {
             "bootstrap_servers": bootstrap.split(","),
@@ -203,10 +206,17 @@ class KafkaOpsAdmin:
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import kafka.errors as kerr
 
-        try:
-            return fn(*args, **kwargs)
-        except (kerr.KafkaError, OSError, ValueError) as exc:
-            raise error_from(exc, f"{what} on {self.bootstrap}") from exc
+        # A broker that just died stays in the client's metadata for a moment: retry
+        # retriable errors (connection refused included) a few times before giving up.
+        for attempt in range(self._attempts):
+            try:
+                return fn(*args, **kwargs)
+            except (kerr.KafkaError, OSError, ValueError) as exc:
+                retriable = isinstance(exc, OSError) or bool(getattr(exc, "retriable", False))
+                if not retriable or attempt + 1 == self._attempts:
+                    raise error_from(exc, f"{what} on {self.bootstrap}") from exc
+                time.sleep(min(0.2 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------------ metadata
     def brokers(self) -> dict[int, BrokerNode]:
@@ -216,6 +226,7 @@ class KafkaOpsAdmin:
                 int(b["broker_id"]), str(b["host"]), int(b["port"]), b.get("rack") or None
             )
             for b in desc["brokers"]
+            if not b.get("is_fenced", False)
         }
 
     def partitions(

@@ -1,0 +1,803 @@
+"""`streamplane ops ...`: fleet operations (kafka-kit's topicmappr, autothrottle, tags).
+
+Thin: options become the ops/mapper params objects, the pure planners decide, and
+``streamplane.ops`` talks to Kafka. Every plan is shown as the mapper's diff table
+(moves per broker, storage before and after) before anything is applied, and applying
+asks first unless ``--yes``. Progress and logs go to stderr; plans and tables to stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from streamplane.cli.connection import (
+    connect,
+    connection_options,
+    echo_json,
+    format_tags,
+    json_option,
+    parse_key_values,
+)
+from streamplane.cli.output import progress, table
+from streamplane.core.mapper import (
+    BrokerState,
+    PartitionMap,
+    PlacementStrategy,
+    Plan,
+    RebalanceParams,
+    RebuildParams,
+    ScaleParams,
+    rebalance,
+    rebuild,
+    scale,
+)
+from streamplane.core.throttle import ReplicaChange, ThrottleLimits
+from streamplane.exceptions import ConfigError
+from streamplane.ops.autothrottle import (
+    Autothrottle,
+    AutothrottleParams,
+    Terminated,
+    default_state_file,
+    terminate_on,
+)
+from streamplane.ops.executor import CheckedPlan, Executor, ExecutorParams, Progress, check_plan
+from streamplane.ops.kafka_ops import KafkaOpsAdmin
+from streamplane.ops.metrics_fetcher import LogDirsSource, MetricsFetcher, cluster_view
+from streamplane.ops.tags_client import TagsClient
+
+BOOTSTRAP_ENV = "STREAMPLANE_BOOTSTRAP"
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str, option: str) -> int:
+    """``10GiB``, ``500MB``, ``2M``, ``1e6`` -> bytes (``Ki``/``Mi``... are powers of 1024)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise click.BadParameter(
+            f"expected a size like 10GiB or 500MB, got {text!r}", param_hint=option
+        )
+    unit = (m.group(2) or "").lower()
+    factor = 1024 ** "bkmgt".index(unit[0]) if "i" in unit else _UNITS[unit[:1]]
+    return int(float(m.group(1)) * factor)
+
+
+# ---------------------------------------------------------------------- shared options
+def cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--cluster",
+        default=None,
+        help="A cluster registered in the control plane (see --url) instead of --bootstrap.",
+    )(f)
+    f = click.option(
+        "--bootstrap",
+        envvar=BOOTSTRAP_ENV,
+        default=None,
+        help=f"host:port,... (env {BOOTSTRAP_ENV}).",
+    )(f)
+    return connection_options(f)
+
+
+def resolve_bootstrap(
+    bootstrap: str | None, cluster: str | None, url: str, token: str | None
+) -> str:
+    if bootstrap and cluster:
+        raise click.UsageError("give --bootstrap or --cluster, not both")
+    if bootstrap:
+        return bootstrap
+    if cluster:
+        with connect(url, token) as cp:
+            return cp.cluster_bootstrap(cluster)
+    raise click.UsageError(f"give --bootstrap (or {BOOTSTRAP_ENV}) or --cluster")
+
+
+@contextlib.contextmanager
+def open_admin(bootstrap: str) -> Iterator[KafkaOpsAdmin]:
+    admin = KafkaOpsAdmin(bootstrap)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in (
+        click.option("--yes", is_flag=True, help="Apply without asking."),
+        click.option(
+            "--concurrency",
+            type=int,
+            default=2,
+            show_default=True,
+            help="Destination brokers receiving replicas at once.",
+        ),
+        click.option(
+            "--timeout", type=float, default=None, help="Seconds per batch before giving up."
+        ),
+        click.option("--poll-interval", type=float, default=1.0, show_default=True),
+        click.option("--no-wait", is_flag=True, help="Submit every partition and return."),
+        click.option(
+            "--autothrottle",
+            "throttle_capacity",
+            default=None,
+            metavar="RATE",
+            help="Run autothrottle while applying, with this network capacity per broker "
+            "(e.g. 100MB = 100 MB/s).",
+        ),
+        click.option(
+            "--min-rate", default="1MB", show_default=True, help="Throttle floor (bytes/s)."
+        ),
+        click.option("--max-rate", default=None, help="Throttle ceiling (bytes/s)."),
+        click.option(
+            "--state-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            default=None,
+            help="Autothrottle's record of what it set (default: .streamplane/ops/).",
+        ),
+    ):
+        f = decorator(f)
+    return f
+
+
+class ProgressLine:
+    """A progress line on stderr: redrawn in place on a terminal, else printed on change."""
+
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+        self._last = ""
+
+    def __call__(self, p: Progress) -> None:
+        line = p.line()
+        if self._tty:
+            click.echo("\r" + line, err=True, nl=False)
+        elif line.split("  ")[0:2] != self._last.split("  ")[0:2]:
+            click.echo(line, err=True)
+        self._last = line
+
+    def close(self) -> None:
+        if self._tty and self._last:
+            click.echo("", err=True)
+
+
+def show_plan(plan_: Plan, as_json: bool) -> None:
+    if as_json:
+        echo_json(plan_.to_dict())
+        return
+    click.echo(plan_.diff().render())
+    before, after = plan_.storage_stats()
+    if before.count:
+        click.echo(
+            f"free storage range {_human(before.range)} -> {_human(after.range)}, "
+            f"stdev {_human(int(before.stdev))} -> {_human(int(after.stdev))}"
+        )
+    if plan_.tolerance is not None:
+        click.echo(f"tolerance {plan_.tolerance:g}")
+    for w in plan_.warnings:
+        click.echo(f"warning: {w}", err=True)
+
+
+def _human(value: int) -> str:
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size:.1f}TiB"
+
+
+def apply_checked(
+    admin: KafkaOpsAdmin,
+    bootstrap: str,
+    checked: CheckedPlan,
+    *,
+    yes: bool,
+    concurrency: int,
+    timeout: float | None,
+    poll_interval: float,
+    no_wait: bool,
+    throttle_capacity: str | None,
+    min_rate: str,
+    max_rate: str | None,
+    state_file: Path | None,
+) -> None:
+    if not checked.changes():
+        click.echo("nothing to apply: every partition already has its target replicas")
+        return
+    if not yes:
+        click.confirm(f"apply {len(checked.changes())} partition change(s)?", abort=True, err=True)
+    throttle: Autothrottle | None = None
+    if throttle_capacity is not None:
+        throttle = Autothrottle(
+            admin,
+            AutothrottleParams(
+                capacity=parse_size(throttle_capacity, "--autothrottle"),
+                limits=ThrottleLimits(
+                    minimum=parse_size(min_rate, "--min-rate"),
+                    maximum=None if max_rate is None else parse_size(max_rate, "--max-rate"),
+                ),
+                state_file=state_file or default_state_file(bootstrap),
+                interval=poll_interval,
+            ),
+            bootstrap=bootstrap,
+            log=progress,
+        )
+        throttle.recover()
+    line = ProgressLine()
+    executor = Executor(
+        admin,
+        ExecutorParams(concurrency, poll_interval, timeout, wait=not no_wait),
+        on_progress=line,
+        on_poll=(lambda: None) if throttle is None else (lambda: _step(throttle)),
+        before_submit=(lambda _: None) if throttle is None else (lambda c: _prepare(throttle, c)),
+    )
+    try:
+        with terminate_on(signal.SIGTERM):
+            report = executor.apply(checked)
+    finally:
+        line.close()
+        if throttle is not None:
+            throttle.clear()
+    if no_wait:
+        click.echo(f"submitted {len(checked.changes()) - len(report.failed)} reassignment(s)")
+    else:
+        click.echo(f"{len(report.completed)} partition(s) reassigned in {report.elapsed:.1f}s")
+    for key, err in sorted(report.failed.items()):
+        click.echo(f"failed: {key[0]}-{key[1]}: {err}", err=True)
+    if report.failed:
+        raise ConfigError(f"{len(report.failed)} partition(s) were refused by the cluster")
+
+
+def _prepare(throttle: Autothrottle, changes: list[ReplicaChange]) -> None:
+    throttle.prepare(changes)
+
+
+def _step(throttle: Autothrottle) -> None:
+    result = throttle.step()
+    for w in result.warnings:
+        click.echo(f"\nwarning: {w}", err=True)
+
+
+# ---------------------------------------------------------------------- groups
+@click.group("ops")
+def ops() -> None:
+    """Fleet operations: partition maps, reassignments, throttles and tags."""
+
+
+@ops.group("map")
+def map_() -> None:
+    """Plan partition placement (rebuild, rebalance, scale) and optionally apply it."""
+
+
+def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in (
+        click.option(
+            "--topics", multiple=True, metavar="REGEX", help="Topics to plan (default: all)."
+        ),
+        click.option(
+            "--capacity",
+            default=None,
+            metavar="SIZE",
+            help="Storage per broker: free = SIZE - bytes held (brokers sharing a disk).",
+        ),
+        click.option("--new", "new_ids", multiple=True, type=int, help="A broker to treat as new."),
+        click.option("--retire", multiple=True, type=int, help="A broker to move everything off."),
+        click.option("--dead", multiple=True, type=int, help="A broker to treat as dead."),
+        click.option(
+            "--broker-rack",
+            "broker_racks",
+            multiple=True,
+            metavar="ID=RACK",
+            help="The rack of a dead broker (the cluster no longer says).",
+        ),
+        click.option(
+            "--min-rack-ids", type=int, default=None, help="Accept fewer racks than replicas."
+        ),
+        click.option("--optimize-leadership", is_flag=True, help="Balance preferred leaders."),
+        click.option(
+            "--out",
+            type=click.Path(path_type=Path, dir_okay=False),
+            default=None,
+            help="Write Kafka's reassignment JSON here.",
+        ),
+        click.option("--apply", "do_apply", is_flag=True, help="Apply the plan after showing it."),
+        json_option,
+        executor_options,
+        cluster_options,
+    ):
+        f = decorator(f)
+    return f
+
+
+def _planning(
+    bootstrap: str,
+    topics: tuple[str, ...],
+    capacity: str | None,
+    new_ids: tuple[int, ...],
+    retire: tuple[int, ...],
+    dead: tuple[int, ...],
+    broker_racks: tuple[str, ...],
+) -> tuple[KafkaOpsAdmin, Any]:
+    racks: dict[int, str] = {}
+    for item in broker_racks:
+        bid, sep, rack = item.partition("=")
+        if not sep or not bid.strip().isdigit() or not rack.strip():
+            raise click.BadParameter(f"expected ID=RACK, got {item!r}", param_hint="--broker-rack")
+        racks[int(bid)] = rack.strip()
+    admin = KafkaOpsAdmin(bootstrap)
+    try:
+        cap = None if capacity is None else parse_size(capacity, "--capacity")
+        fetcher = MetricsFetcher(LogDirsSource(admin, capacity=cap))
+        states = (
+            {b: BrokerState.NEW for b in new_ids}
+            | {b: BrokerState.RETIRING for b in retire}
+            | {b: BrokerState.DEAD for b in dead}
+        )
+        view = cluster_view(admin, fetcher, topics=topics, states=states, racks=racks)
+    except BaseException:
+        admin.close()
+        raise
+    for w in view.warnings:
+        click.echo(f"warning: {w}", err=True)
+    return admin, view
+
+
+def _finish(
+    admin: KafkaOpsAdmin,
+    bootstrap: str,
+    plan_: Plan,
+    out: Path | None,
+    as_json: bool,
+    do_apply: bool,
+    exec_opts: dict[str, Any],
+) -> None:
+    try:
+        show_plan(plan_, as_json)
+        document = plan_.to_reassignment_json(indent=2)
+        if out is not None:
+            out.write_text(document + "\n")
+            click.echo(f"reassignment JSON written to {out}", err=True)
+        if not plan_.changed_partitions():
+            click.echo("no partition changes", err=True)
+            return
+        if do_apply:
+            apply_checked(admin, bootstrap, check_plan(document, admin), **exec_opts)
+    finally:
+        admin.close()
+
+
+@map_.command("rebuild")
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in PlacementStrategy]),
+    default="count",
+    show_default=True,
+)
+@click.option("--force", is_flag=True, help="Re-place every replica from scratch.")
+@click.option("--replication-factor", type=int, default=None)
+@click.option(
+    "--substitution-affinity",
+    is_flag=True,
+    help="Send a replaced broker's replicas to a new broker in its rack.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@map_options
+def map_rebuild(
+    strategy: str,
+    force: bool,
+    replication_factor: int | None,
+    substitution_affinity: bool,
+    seed: int,
+    topics: tuple[str, ...],
+    capacity: str | None,
+    new_ids: tuple[int, ...],
+    retire: tuple[int, ...],
+    dead: tuple[int, ...],
+    broker_racks: tuple[str, ...],
+    min_rack_ids: int | None,
+    optimize_leadership: bool,
+    out: Path | None,
+    do_apply: bool,
+    as_json: bool,
+    bootstrap: str | None,
+    cluster: str | None,
+    url: str,
+    token: str | None,
+    **exec_opts: Any,
+) -> None:
+    """Replace dead or retiring brokers (minimal movement), force a re-placement or change RF."""
+    bs = resolve_bootstrap(bootstrap, cluster, url, token)
+    admin, view = _planning(bs, topics, capacity, new_ids, retire, dead, broker_racks)
+    params = RebuildParams(
+        strategy=PlacementStrategy(strategy),
+        force=force,
+        replication_factor=replication_factor,
+        min_rack_ids=min_rack_ids,
+        substitution_affinity=substitution_affinity,
+        optimize_leadership=optimize_leadership,
+        seed=seed,
+    )
+    try:
+        plan_ = rebuild(view.partitions, view.brokers, params)
+    except BaseException:
+        admin.close()
+        raise
+    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+
+
+def _relocation_kwargs(
+    tolerance: float | None,
+    partition_limit: int,
+    min_partition_size: str,
+    locality_scoped: bool,
+    min_rack_ids: int | None,
+    optimize_leadership: bool,
+) -> dict[str, Any]:
+    return {
+        "tolerance": tolerance,
+        "partition_limit": partition_limit,
+        "min_partition_size": parse_size(min_partition_size, "--min-partition-size"),
+        "locality_scoped": locality_scoped,
+        "min_rack_ids": min_rack_ids,
+        "optimize_leadership": optimize_leadership,
+    }
+
+
+def relocation_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decorator in (
+        click.option(
+            "--tolerance", type=float, default=None, help="Fixed tolerance (default: sweep)."
+        ),
+        click.option("--partition-limit", type=int, default=30, show_default=True),
+        click.option("--min-partition-size", default="0", show_default=True),
+        click.option("--locality-scoped", is_flag=True, help="Move only within the source's rack."),
+    ):
+        f = decorator(f)
+    return f
+
+
+@map_.command("rebalance")
+@click.option("--storage-threshold", type=float, default=0.2, show_default=True)
+@click.option("--storage-threshold-bytes", default=None, metavar="SIZE")
+@relocation_options
+@map_options
+def map_rebalance(
+    storage_threshold: float,
+    storage_threshold_bytes: str | None,
+    tolerance: float | None,
+    partition_limit: int,
+    min_partition_size: str,
+    locality_scoped: bool,
+    topics: tuple[str, ...],
+    capacity: str | None,
+    new_ids: tuple[int, ...],
+    retire: tuple[int, ...],
+    dead: tuple[int, ...],
+    broker_racks: tuple[str, ...],
+    min_rack_ids: int | None,
+    optimize_leadership: bool,
+    out: Path | None,
+    do_apply: bool,
+    as_json: bool,
+    bootstrap: str | None,
+    cluster: str | None,
+    url: str,
+    token: str | None,
+    **exec_opts: Any,
+) -> None:
+    """Move partitions off brokers short of free storage (tolerance sweep)."""
+    bs = resolve_bootstrap(bootstrap, cluster, url, token)
+    admin, view = _planning(bs, topics, capacity, new_ids, retire, dead, broker_racks)
+    try:
+        params = RebalanceParams(
+            storage_threshold=storage_threshold,
+            storage_threshold_bytes=None
+            if storage_threshold_bytes is None
+            else parse_size(storage_threshold_bytes, "--storage-threshold-bytes"),
+            **_relocation_kwargs(
+                tolerance,
+                partition_limit,
+                min_partition_size,
+                locality_scoped,
+                min_rack_ids,
+                optimize_leadership,
+            ),
+        )
+        plan_ = rebalance(view.partitions, view.brokers, params)
+    except BaseException:
+        admin.close()
+        raise
+    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+
+
+@map_.command("scale")
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in PlacementStrategy]),
+    default="storage",
+    show_default=True,
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@relocation_options
+@map_options
+def map_scale(
+    strategy: str,
+    seed: int,
+    tolerance: float | None,
+    partition_limit: int,
+    min_partition_size: str,
+    locality_scoped: bool,
+    topics: tuple[str, ...],
+    capacity: str | None,
+    new_ids: tuple[int, ...],
+    retire: tuple[int, ...],
+    dead: tuple[int, ...],
+    broker_racks: tuple[str, ...],
+    min_rack_ids: int | None,
+    optimize_leadership: bool,
+    out: Path | None,
+    do_apply: bool,
+    as_json: bool,
+    bootstrap: str | None,
+    cluster: str | None,
+    url: str,
+    token: str | None,
+    **exec_opts: Any,
+) -> None:
+    """Spread replicas onto new brokers (brokers holding nothing yet, or --new)."""
+    bs = resolve_bootstrap(bootstrap, cluster, url, token)
+    admin, view = _planning(bs, topics, capacity, new_ids, retire, dead, broker_racks)
+    try:
+        params = ScaleParams(
+            strategy=PlacementStrategy(strategy),
+            seed=seed,
+            **_relocation_kwargs(
+                tolerance,
+                partition_limit,
+                min_partition_size,
+                locality_scoped,
+                min_rack_ids,
+                optimize_leadership,
+            ),
+        )
+        plan_ = scale(view.partitions, view.brokers, params)
+    except BaseException:
+        admin.close()
+        raise
+    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+
+
+# ---------------------------------------------------------------------- apply
+@ops.command("apply")
+@click.argument("plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--cancel", is_flag=True, help="Cancel every reassignment in progress instead.")
+@click.option("--allow-mixed-replication", is_flag=True)
+@json_option
+@executor_options
+@cluster_options
+def apply(
+    plan_file: Path | None,
+    cancel: bool,
+    allow_mixed_replication: bool,
+    as_json: bool,
+    bootstrap: str | None,
+    cluster: str | None,
+    url: str,
+    token: str | None,
+    **exec_opts: Any,
+) -> None:
+    """Apply Kafka's reassignment JSON (PLAN_FILE, '-' for stdin) after showing its diff."""
+    bs = resolve_bootstrap(bootstrap, cluster, url, token)
+    if cancel == (plan_file is not None):
+        raise click.UsageError("give a PLAN_FILE or --cancel")
+    with open_admin(bs) as admin:
+        if cancel:
+            done = Executor(admin).cancel()
+            click.echo(f"cancelled {len(done)} reassignment(s)")
+            return
+        assert plan_file is not None
+        try:
+            text = sys.stdin.read() if str(plan_file) == "-" else plan_file.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {plan_file}: {exc.strerror}") from exc
+        checked = check_plan(text, admin, allow_mixed_replication=allow_mixed_replication)
+        view = cluster_view(
+            admin,
+            MetricsFetcher(LogDirsSource(admin)),
+            topics=[re.escape(t) for t in checked.target.topics()],
+            include_internal=True,
+            new_when_empty=False,
+        )
+        before = PartitionMap(view.partitions[p.key] for p in checked.target)
+        after = PartitionMap(p.with_replicas(checked.target[p.key].replicas) for p in before)
+        show_plan(Plan("apply", before, after, view.brokers), as_json)
+        apply_checked(admin, bs, checked, **exec_opts)
+
+
+# ---------------------------------------------------------------------- throttle
+@ops.command("throttle")
+@click.option(
+    "--capacity",
+    "capacity_",
+    default=None,
+    metavar="RATE",
+    help="Network capacity per broker, bytes/s.",
+)
+@click.option("--min-rate", default="1MB", show_default=True)
+@click.option("--max-rate", default=None)
+@click.option(
+    "--interval", type=float, default=5.0, show_default=True, help="Seconds between steps."
+)
+@click.option(
+    "--state-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Record of what was set (default: .streamplane/ops/autothrottle-<cluster>.json).",
+)
+@click.option("--forever", is_flag=True, help="Keep watching after reassignments finish.")
+@click.option(
+    "--clear", "clear_only", is_flag=True, help="Only remove throttles a run left behind."
+)
+@cluster_options
+def throttle(
+    capacity_: str | None,
+    min_rate: str,
+    max_rate: str | None,
+    interval: float,
+    state_file: Path | None,
+    forever: bool,
+    clear_only: bool,
+    bootstrap: str | None,
+    cluster: str | None,
+    url: str,
+    token: str | None,
+) -> None:
+    """Throttle replication while reassignments run; remove every throttle afterwards.
+
+    Starts by removing throttles a killed run left (its state file); exits once no
+    reassignment is running (unless --forever), on SIGTERM or Ctrl-C, always clearing.
+    """
+    bs = resolve_bootstrap(bootstrap, cluster, url, token)
+    if capacity_ is None and not clear_only:
+        raise click.UsageError("--capacity is required (the network capacity of a broker)")
+    params = AutothrottleParams(
+        capacity=parse_size(capacity_ or "1", "--capacity"),
+        limits=ThrottleLimits(
+            minimum=parse_size(min_rate, "--min-rate"),
+            maximum=None if max_rate is None else parse_size(max_rate, "--max-rate"),
+        ),
+        state_file=state_file or default_state_file(bs),
+        interval=interval,
+    )
+    with open_admin(bs) as admin:
+        at = Autothrottle(admin, params, bootstrap=bs, log=progress)
+        if clear_only:
+            cleared = at.recover()
+            click.echo(f"removed throttles from {len(cleared)} resource(s)")
+            return
+        try:
+            with terminate_on(signal.SIGTERM):
+                steps = at.run(until_idle=not forever)
+        except Terminated as exc:
+            click.echo(f"{exc}: throttles removed", err=True)
+            raise SystemExit(143) from None
+        click.echo(f"no reassignment running; throttles removed after {steps} step(s)")
+
+
+# ---------------------------------------------------------------------- tags
+@ops.group("tags")
+def tags() -> None:
+    """Tag brokers and topics in the control plane; find them; place topics by tags."""
+
+
+def _tag_rows(rows: list[dict[str, Any]], key: str) -> str:
+    return table([key, "tags"], [[r[key], format_tags(r["tags"])] for r in rows])
+
+
+@tags.command("set")
+@click.argument("cluster")
+@click.argument("kind", type=click.Choice(["broker", "topic"]))
+@click.argument("name")
+@click.option("--tag", "tag_items", multiple=True, metavar="KEY=VALUE", help="Replaces the tags.")
+@json_option
+@connection_options
+def tags_set(
+    cluster: str,
+    kind: str,
+    name: str,
+    tag_items: tuple[str, ...],
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Replace the tags of a broker (by id) or a topic of CLUSTER."""
+    with connect(url, token) as cp:
+        doc = TagsClient(cp).set_tags(cluster, kind, name, parse_key_values(tag_items, "--tag"))
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(f"{kind} {name} of {cluster}: {format_tags(doc['tags'])}")
+
+
+@tags.command("list")
+@click.argument("cluster")
+@click.argument("kind", type=click.Choice(["broker", "topic"]))
+@click.option("--tag", "tag_items", multiple=True, metavar="KEY=VALUE", help="Filter (ANDed).")
+@json_option
+@connection_options
+def tags_list(
+    cluster: str, kind: str, tag_items: tuple[str, ...], as_json: bool, url: str, token: str | None
+) -> None:
+    """Brokers or topics of CLUSTER having every --tag."""
+    with connect(url, token) as cp:
+        rows = TagsClient(cp).list_tagged(cluster, kind, parse_key_values(tag_items, "--tag"))
+    key = "broker_id" if kind == "broker" else "topic"
+    if as_json:
+        echo_json(rows)
+    else:
+        click.echo(_tag_rows(rows, key))
+
+
+@tags.command("create-topic")
+@click.argument("cluster")
+@click.argument("topic")
+@click.option("--partitions", type=int, default=1, show_default=True)
+@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option(
+    "--broker-tag",
+    "broker_tags",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Brokers to use (ANDed).",
+)
+@click.option(
+    "--tag", "tag_items", multiple=True, metavar="KEY=VALUE", help="Tags of the new topic."
+)
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE")
+@click.option("--min-rack-ids", type=int, default=None)
+@json_option
+@connection_options
+def tags_create_topic(
+    cluster: str,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    broker_tags: tuple[str, ...],
+    tag_items: tuple[str, ...],
+    configs: tuple[str, ...],
+    min_rack_ids: int | None,
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Create TOPIC on the brokers of CLUSTER that have every --broker-tag."""
+    with connect(url, token) as cp:
+        doc = TagsClient(cp).create_topic(
+            cluster,
+            topic,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            broker_tags=parse_key_values(broker_tags, "--broker-tag"),
+            tags=parse_key_values(tag_items, "--tag"),
+            config=parse_key_values(configs, "--config"),
+            min_rack_ids=min_rack_ids,
+        )
+    if as_json:
+        echo_json(doc)
+        return
+    click.echo(f"created {topic} on brokers {doc['brokers']}")
+    click.echo(
+        table(
+            ["partition", "replicas"],
+            [
+                [p, ",".join(map(str, r))]
+                for p, r in sorted(doc["assignment"].items(), key=lambda x: int(x[0]))
+            ],
+        )
+    )
