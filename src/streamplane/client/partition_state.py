@@ -99,7 +99,8 @@ class PartitionState:
         if rejected:
             self.rejected.add(offset)
         self.timestamps.pop(offset, None)
-        self.attempts.pop(offset, None)
+        if self.attempts:
+            self.attempts.pop(offset, None)
         self.dirty = True
         return True
 

@@ -65,7 +65,7 @@ def groups_router(
         "/v1/groups/{group}/heartbeat",
         response_model=HeartbeatOut,
         dependencies=auth,
-        responses=errors(400, 401, 403, 422),
+        responses=errors(400, 401, 403, 404, 422),
     )
     def heartbeat(group: str, body: HeartbeatIn) -> HeartbeatOut:
         load = MemberLoad(

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from streamplane.client.control_plane import ControlPlaneClient
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import read_provenance
 from streamplane.exceptions import ConfigError, ControlPlaneUnavailable, NotFound, RecordTooLarge
@@ -22,7 +22,7 @@ def consume_until(
     consumer: StreamConsumer,
     done: Callable[[], bool],
     handle: Callable[[StreamMessage], None],
-    timeout_s: float = 60.0,
+    timeout_s: float = 120.0,
 ) -> None:
     deadline = time.monotonic() + timeout_s
     while not done() and time.monotonic() < deadline:
