@@ -39,14 +39,22 @@ def kafka_member(bootstrap: str, topic: str, group: str, protocol: str, state: s
         conf["partition.assignment.strategy"] = "cooperative-sticky"
     consumer = Consumer(conf)
     path = Path(state)
+    held: set[int] = set()  # both protocols here hand out assignments incrementally
 
-    def write(c: Any, _parts: Any) -> None:
-        parts = sorted(tp.partition for tp in c.assignment())
+    def write() -> None:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"partitions": parts, "time": time.time()}))
+        tmp.write_text(json.dumps({"partitions": sorted(held), "time": time.time()}))
         tmp.replace(path)
 
-    consumer.subscribe([topic], on_assign=write, on_revoke=write, on_lost=write)
+    def assigned(_c: Any, parts: Any) -> None:
+        held.update(tp.partition for tp in parts)
+        write()
+
+    def revoked(_c: Any, parts: Any) -> None:
+        held.difference_update(tp.partition for tp in parts)
+        write()
+
+    consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
     while True:
         consumer.poll(0.1)
 
