@@ -76,6 +76,37 @@ def control_plane() -> None:
     show_default=True,
 )
 @click.option("--access-log", is_flag=True, help="Log every request.")
+@click.option(
+    "--health/--no-health",
+    envvar="STREAMPLANE_HEALTH",
+    default=False,
+    show_default=True,
+    help="Probe every cluster each second and fail the streams of a down one over.",
+)
+@click.option(
+    "--health-threshold",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Seconds of failed probes before a cluster is down.",
+)
+@click.option("--health-interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@click.option(
+    "--health-failover/--no-health-failover",
+    default=True,
+    show_default=True,
+    help="With --health: fail over the streams of a down cluster (else only report).",
+)
+@click.option(
+    "--seal-grace",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seal a draining segment after this many seconds even if producers lag.",
+)
+@click.option(
+    "--sealing/--no-sealing", default=True, show_default=True, help="Seal and retire segments."
+)
 def serve(
     db_url: str,
     host: str,
@@ -85,12 +116,19 @@ def serve(
     data_dir: Path,
     log_level: str,
     access_log: bool,
+    health: bool,
+    health_threshold: float,
+    health_interval: float,
+    health_failover: bool,
+    seal_grace: float,
+    sealing: bool,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
     from pydantic import ValidationError
 
     from streamplane.controlplane.app import ControlPlaneSettings, create_app
+    from streamplane.controlplane.failover_runtime import FailoverSettings
     from streamplane.controlplane.service import ControlPlaneService
     from streamplane.controlplane.store import Store
 
@@ -102,7 +140,15 @@ def serve(
             token = write_new_token()
             progress(f"new API token written to {TOKEN_FILE} (mode 0600)")
     try:
-        settings = ControlPlaneSettings(db_url=db_url, api_token=token)
+        failover = FailoverSettings(
+            health_enabled=health,
+            health_threshold=health_threshold,
+            health_interval=health_interval,
+            health_failover=health_failover,
+            seal_grace=seal_grace,
+            sealing_enabled=sealing,
+        )
+        settings = ControlPlaneSettings(db_url=db_url, api_token=token, failover=failover)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None

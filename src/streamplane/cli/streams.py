@@ -200,3 +200,69 @@ def failover(
         return
     click.echo(f"stream {name} now at epoch {routing.epoch}")
     click.echo(segments_table(routing))
+
+
+@streams.command("segments")
+@click.argument("name")
+@json_option
+@connection_options
+def segments(name: str, as_json: bool, url: str, token: str | None) -> None:
+    """Every segment of a stream: state, end offsets once sealed, groups that drained it."""
+    with connect(url, token) as cp:
+        doc = cp.segments(name)
+    if as_json:
+        echo_json(doc)
+        return
+    rows = []
+    for s in sorted(doc["segments"], key=lambda s: (s["lane"], s["epoch"], s["cluster"])):
+        ends = s["sealed_end_offsets"]
+        rows.append(
+            [
+                s["lane"],
+                s["state"],
+                s["cluster"],
+                s["topic"],
+                s["partitions"],
+                s["epoch"],
+                sum(ends.values()) if ends else "-",
+                ",".join(s["drained_by"]) or "-",
+            ]
+        )
+    click.echo(f"stream {name} at epoch {doc['epoch']}")
+    click.echo(
+        table(
+            [
+                "lane",
+                "state",
+                "cluster",
+                "topic",
+                "partitions",
+                "epoch",
+                "sealed end",
+                "drained by",
+            ],
+            rows,
+        )
+    )
+    producers = doc["producers"]
+    live = ", ".join(f"{p}@{e}" for p, e in sorted(producers.items())) or "none"
+    click.echo(f"live producers (id@epoch): {live}")
+
+
+@streams.command("declare-lost")
+@click.argument("name")
+@click.option("--cluster", required=True, help="The dead cluster.")
+@click.option("--reason", default="", help="Why, for the audit log.")
+@json_option
+@connection_options
+def declare_lost(
+    name: str, cluster: str, reason: str, as_json: bool, url: str, token: str | None
+) -> None:
+    """Declare the draining and sealed segments of NAME on a dead cluster lost."""
+    with connect(url, token) as cp:
+        routing = cp.declare_lost(name, cluster, reason)
+    if as_json:
+        echo_json(routing_to_json(routing))
+        return
+    click.echo(f"stream {name}: segments on {cluster} declared lost (epoch {routing.epoch})")
+    click.echo(segments_table(routing))

@@ -243,6 +243,32 @@ class ControlPlaneClient:
         """Members with their units and leases, the generation."""
         return self._json("GET", f"/v1/groups/{_seg(group)}/members")  # type: ignore[no-any-return]
 
+    # ------------------------------------------------------------------ failover protocol
+    def producer_heartbeat(self, stream: str, producer_id: str, epoch: int) -> dict[str, Any]:
+        """Report the routing epoch a producer writes with (the sealer waits for it)."""
+        path = f"/v1/streams/{_seg(stream)}/producers/{_seg(producer_id)}/heartbeat"
+        return self._json("POST", path, json={"epoch": epoch})  # type: ignore[no-any-return]
+
+    def report_drained(self, stream: str, group: str, cluster: str, topic: str) -> dict[str, Any]:
+        """Say that ``group`` has settled every record of a sealed segment."""
+        body = {"group": group, "cluster": cluster, "topic": topic}
+        path = f"/v1/streams/{_seg(stream)}/segments/drained"
+        return self._json("POST", path, json=body)  # type: ignore[no-any-return]
+
+    def declare_lost(self, stream: str, cluster: str, reason: str = "") -> RoutingTable:
+        """Declare the draining and sealed segments of ``stream`` on ``cluster`` lost."""
+        body = {"cluster": cluster, "reason": reason}
+        path = f"/v1/streams/{_seg(stream)}/segments/lost"
+        return self._routing(self._json("POST", path, json=body))
+
+    def segments(self, stream: str) -> dict[str, Any]:
+        """Segments with their drained reports, and the live producers' epochs."""
+        return self._json("GET", f"/v1/streams/{_seg(stream)}/segments")  # type: ignore[no-any-return]
+
+    def cluster_health(self) -> dict[str, Any]:
+        """``{replica, leader, health_enabled, clusters: [{name, health, since, ...}]}``."""
+        return self._json("GET", "/v1/health/clusters")  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ plumbing
     def _routing(self, doc: Any) -> RoutingTable:
         try:

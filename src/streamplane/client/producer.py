@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import Message, Producer
 
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
 from streamplane.exceptions import ConfigError, ProduceError, RecordTooLarge
@@ -89,6 +90,8 @@ class StreamProducer:
         self._closed = False
         # When the producer started writing to each epoch (monotonic seconds).
         self.epoch_switch_times: dict[int, float] = {}
+        # Reports the epoch it writes with, so the control plane can seal old segments.
+        self.heartbeat = ProducerHeartbeat(control_plane, stream, lambda: self._epoch)
 
     # ------------------------------------------------------------------ life cycle
     def open(self) -> Self:
@@ -105,6 +108,8 @@ class StreamProducer:
             table.active(self._default_lane)  # unknown lane -> ConfigError now, not at send
         self._apply(table)
         self._watcher.add_listener(self._apply)
+        self._watcher.add_listener(lambda _table: self.heartbeat.beat_now())
+        self.heartbeat.start()
         self._opened = True
         return self
 
@@ -121,6 +126,7 @@ class StreamProducer:
             return
         self._closed = True
         self._watcher.stop()
+        self.heartbeat.stop()
         try:
             self.flush(timeout)
         finally:

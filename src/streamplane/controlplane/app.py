@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from streamplane import __version__
 from streamplane.controlplane.assigner import AssignerService
 from streamplane.controlplane.groups_api import groups_router
+from streamplane.controlplane.lag_api import lag_router, start_lag_plane
 from streamplane.controlplane.schemas import (
     CLUSTER_NAME_PATTERN,
     STREAM_NAME_PATTERN,
@@ -75,6 +76,10 @@ class ControlPlaneSettings(BaseModel):
         description="How often waiting watches re-check the store (changes by other replicas).",
     )
     kafka_timeout: float = Field(default=15.0, gt=0, description="Seconds per Kafka admin call.")
+    lag_monitor: bool = Field(default=True, description="Run the lag monitor (time lag).")
+    lag_snapshot_dir: str | None = Field(
+        default=None, description="Lag reader snapshots (default: lag/ beside a SQLite store)."
+    )
     lease_ttl_s: float = Field(
         default=1.5, gt=0, le=60, description="Assigner: a lease lasts this long after a heartbeat."
     )
@@ -159,7 +164,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        lag_plane = start_lag_plane(app, settings, svc)
         yield
+        lag_plane.stop()
         hub.close()
         if owned:
             svc.close()
@@ -173,6 +180,7 @@ def create_app(
     app.state.service = svc
     app.state.hub = hub
     app.state.settings = settings
+    app.include_router(lag_router)
 
     @app.exception_handler(StreamplaneError)
     async def _streamplane_error(_: Request, exc: StreamplaneError) -> JSONResponse:

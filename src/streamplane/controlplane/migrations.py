@@ -95,9 +95,42 @@ def _v2_audit_log(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v3_failover_state(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "producer_heartbeats",
+        md,
+        sa.Column("stream", sa.String(63), primary_key=True),
+        sa.Column("producer_id", sa.String(128), primary_key=True),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+        sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+    )
+    sa.Table(
+        "segment_drains",
+        md,
+        sa.Column("stream", sa.String(63), primary_key=True),
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("topic", sa.String(249), primary_key=True),
+        sa.Column("group_name", sa.String(255), primary_key=True),
+        sa.Column("reported_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    sa.Table(
+        "cluster_health",
+        md,
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("health", sa.String(16), nullable=False),
+        sa.Column("since", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_error", sa.String(1000), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("replica", sa.String(128), nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
+    Migration(3, "producer heartbeats, drained reports, cluster health", _v3_failover_state),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from streamplane.controlplane.failover_store import HealthRecord
 from streamplane.controlplane.service import (
     MAX_PARTITIONS,
     MAX_RECORD_BYTES,
@@ -88,21 +89,43 @@ class ClusterPatch(_In):
     tags: Tags | None = Field(default=None, description="Replaces all of the cluster's tags.")
 
 
+class ClusterHealthOut(BaseModel):
+    """What the leader's probes last showed (``unknown``: not probed, health checks off)."""
+
+    state: Literal["ok", "degraded", "down", "unknown"] = "unknown"
+    since: datetime | None = None
+    last_error: str | None = None
+    checked_at: datetime | None = None
+
+    @classmethod
+    def of(cls, r: HealthRecord | None) -> ClusterHealthOut:
+        if r is None or r.health not in ("ok", "degraded", "down"):
+            return cls()
+        return cls(
+            state=r.health,  # type: ignore[arg-type]
+            since=r.since,
+            last_error=r.last_error,
+            checked_at=r.updated_at,
+        )
+
+
 class ClusterOut(BaseModel):
     name: str
     bootstrap: str
     tags: dict[str, str]
     created_at: datetime
     updated_at: datetime
+    health: ClusterHealthOut = Field(default_factory=ClusterHealthOut)
 
     @classmethod
-    def of(cls, c: ClusterRecord) -> ClusterOut:
+    def of(cls, c: ClusterRecord, health: HealthRecord | None = None) -> ClusterOut:
         return cls(
             name=c.name,
             bootstrap=c.bootstrap,
             tags=dict(c.tags),
             created_at=c.created_at,
             updated_at=c.updated_at,
+            health=ClusterHealthOut.of(health),
         )
 
 

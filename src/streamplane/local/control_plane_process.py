@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -36,6 +37,7 @@ class ControlPlaneProcess:
         token: str | None = None,
         db_url: str | None = None,
         log_level: str = "warning",
+        extra_args: Sequence[str] = (),
     ) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
@@ -44,6 +46,7 @@ class ControlPlaneProcess:
         self.db_url = db_url or f"sqlite:///{state_dir / 'control-plane.db'}"
         self.log_file = state_dir / "control-plane.log"
         self.log_level = log_level
+        self.extra_args = list(extra_args)  # more `serve` options, e.g. ["--health"]
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -69,6 +72,7 @@ class ControlPlaneProcess:
             "--db", self.db_url, "--host", "127.0.0.1", "--port", str(self.port),
             "--token", self.token, "--no-import-local", "--log-level", self.log_level,
         ]  # fmt: skip
+        args += self.extra_args
         with self.log_file.open("ab") as log:
             self._proc = subprocess.Popen(
                 args,

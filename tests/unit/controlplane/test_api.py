@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi import FastAPI
 
+from streamplane.controlplane.migrations import LATEST_VERSION
 from streamplane.core.routing import routing_from_json
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import AUTH, StubKafka, TestClient, create_stream
@@ -70,7 +71,11 @@ def test_reads_need_no_token(http: TestClient) -> None:
 
 
 def test_health(http: TestClient) -> None:
-    assert http.get("/healthz").json() == {"status": "ok", "version": "0.1.0", "schema_version": 2}
+    assert http.get("/healthz").json() == {
+        "status": "ok",
+        "version": "0.1.0",
+        "schema_version": LATEST_VERSION,
+    }
 
 
 # ---------------------------------------------------------------------- clusters

@@ -1,0 +1,85 @@
+"""A producer's heartbeat: "I write with routing epoch N", about once a second.
+
+The control plane seals a draining segment once every live producer of the stream
+reports an epoch at or above the failover that drained it (or after a grace period), so
+a producer reports its epoch on a timer and right after it switches (``beat_now``). A
+daemon thread sends it; errors never reach the producer: with the control plane away
+the producer keeps writing (fail-static) and the heartbeat resumes when it returns.
+Without a token (401/403) the heartbeat stops after one warning; the control plane then
+relies on its grace period for this producer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable, Unauthorized
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 1.0
+
+
+def new_producer_id() -> str:
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
+    return f"{host[:60]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class ProducerHeartbeat:
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        stream: str,
+        epoch: Callable[[], int],
+        producer_id: str | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._epoch = epoch
+        self.producer_id = producer_id or new_producer_id()
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.last_epoch_sent: int | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._run, name=f"producer-heartbeat-{self._stream}", daemon=True
+        )
+        self._thread.start()
+
+    def beat_now(self) -> None:
+        """Send a heartbeat right away (after a routing switch)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            epoch = self._epoch()
+            try:
+                self._client.producer_heartbeat(self._stream, self.producer_id, epoch)
+                self.sent += 1
+                self.last_epoch_sent = epoch
+            except Unauthorized as exc:
+                log.warning("producer heartbeat for %s refused, stopping it: %s", self._stream, exc)
+                return
+            except ControlPlaneUnavailable:
+                pass  # fail-static: keep producing, beat again later
+            except ControlPlaneError as exc:
+                log.debug("producer heartbeat for %s failed: %s", self._stream, exc)
+            self._wake.wait(self._interval_s)
+            self._wake.clear()

@@ -1,0 +1,412 @@
+"""The failover protocol's background tasks: cluster health and the segment sealer.
+
+Both run in daemon threads of every replica but act only while the replica is the
+leader (``leadership.py``). They gather facts through ``ClusterIO`` and the store, ask
+the pure rules of ``streamplane.core.failover`` what to do, and act through the
+``ControlPlaneService`` (so every change is a compare-and-set with its audit entry and
+wakes the watchers).
+
+- **Health**: one prober thread per registered cluster probes it every
+  ``health_interval`` seconds (metadata plus an ``acks=all`` produce to the health
+  topic). A cluster failing for ``health_threshold`` seconds is ``down``: every stream
+  with an active segment there is failed over (all of those lanes, the dlq included) to
+  the standby ``choose_standby`` picks, with actor ``health``. Health is written to the
+  store so every replica serves it.
+- **Sealer**: every ``sealer_interval`` seconds, each draining segment is sealed when
+  ``seal_reason`` says so, with the end offsets read from its cluster (a dead cluster:
+  it stays draining); every ``retire_interval`` seconds each sealed segment is retired
+  when ``retire_check`` says every group reading the stream has settled it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamplane.controlplane.cluster_io import ClusterIO, KafkaClusterIO
+from streamplane.controlplane.failover_store import FailoverStore, HealthRecord
+from streamplane.controlplane.leadership import Leadership, leadership_for
+from streamplane.controlplane.service import ControlPlaneService
+from streamplane.controlplane.store import AuditEntry, utcnow
+from streamplane.core.failover import (
+    ClusterHealth,
+    HealthState,
+    choose_standby,
+    observe_probe,
+    retire_check,
+    seal_reason,
+    successor_epoch,
+)
+from streamplane.core.routing import RoutingTable, Segment, SegmentState
+from streamplane.exceptions import Conflict, NotFound, StreamplaneError
+
+log = logging.getLogger(__name__)
+
+ClusterIOFactory = Callable[[str], ClusterIO]
+# The leader rewrites a cluster's health row at least this often (its "checked at").
+HEALTH_REWRITE_S = 5.0
+
+
+class FailoverSettings(BaseModel):
+    """Health checks, automatic failover, sealing and retiring (per replica)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    health_enabled: bool = Field(default=False, description="Probe every cluster.")
+    health_failover: bool = Field(
+        default=True, description="Fail the streams of a down cluster over (with health on)."
+    )
+    health_interval: float = Field(default=1.0, gt=0, description="Seconds between probes.")
+    health_timeout: float = Field(default=1.0, gt=0, description="Seconds a probe may take.")
+    health_threshold: float = Field(
+        default=3.0, gt=0, description="Seconds of failed probes before a cluster is down."
+    )
+    sealing_enabled: bool = Field(
+        default=False, description="Seal and retire segments (`serve` turns it on)."
+    )
+    seal_settle: float = Field(
+        default=2.0, ge=0, description="Least seconds a segment drains before it is sealed."
+    )
+    seal_grace: float = Field(
+        default=10.0, gt=0, description="Seal after this long even if producers lag."
+    )
+    producer_liveness: float = Field(
+        default=5.0, gt=0, description="A producer is live if it heartbeated this recently."
+    )
+    sealer_interval: float = Field(default=1.0, gt=0)
+    auto_retire: bool = Field(default=True, description="Retire settled sealed segments.")
+    retire_interval: float = Field(default=5.0, gt=0)
+    kafka_timeout: float = Field(default=5.0, gt=0, description="Seconds per sealer Kafka call.")
+    leader_interval: float = Field(
+        default=0.5, gt=0, description="How often a follower tries to become the leader."
+    )
+
+
+def replica_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class FailoverRuntime:
+    """Leadership, the health probers and the sealer of one replica."""
+
+    def __init__(
+        self,
+        service: ControlPlaneService,
+        settings: FailoverSettings,
+        *,
+        leadership: Leadership | None = None,
+        io_factory: ClusterIOFactory | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        self.store = FailoverStore(service.store.engine)
+        self.leadership = leadership or leadership_for(service.store.url, settings.leader_interval)
+        self.replica = replica_id()
+        self._io_factory = io_factory or (
+            lambda bootstrap: KafkaClusterIO(bootstrap, settings.health_timeout)
+        )
+        self._clock = clock
+        self._ios: dict[str, ClusterIO] = {}
+        self._io_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._probers: dict[str, threading.Thread] = {}
+        self._health: dict[str, HealthState] = {}
+        self._health_lock = threading.Lock()
+        self._written: dict[str, tuple[tuple[str, str | None] | None, float]] = {}
+        self._first_seen_draining: dict[tuple[str, str, str], float] = {}
+        self._last_retire_check: dict[str, float] = {}
+        self._warned: set[tuple[str, str, str]] = set()
+        self.started = False
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        self._stop.clear()
+        self.leadership.start()
+        if self.settings.health_enabled:
+            self._spawn(self._health_loop, "health")
+        if self.settings.sealing_enabled:
+            self._spawn(self._sealer_loop, "sealer")
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in [*self._threads, *self._probers.values()]:
+            t.join(timeout=3)
+        self._threads.clear()
+        self._probers.clear()
+        self.leadership.stop()
+        with self._io_lock:
+            for io in self._ios.values():
+                try:
+                    io.close()
+                except Exception as exc:
+                    log.debug("closing cluster I/O failed: %s", exc)
+            self._ios.clear()
+        self.started = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leadership.is_leader
+
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return t
+
+    def _io(self, bootstrap: str) -> ClusterIO:
+        with self._io_lock:
+            io = self._ios.get(bootstrap)
+            if io is None:
+                io = self._ios[bootstrap] = self._io_factory(bootstrap)
+            return io
+
+    # ------------------------------------------------------------------ health
+    def health_records(self) -> dict[str, HealthRecord]:
+        """Every cluster's health as last written by the leader (any replica serves it)."""
+        return self.store.health()
+
+    def _health_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.is_leader:
+                    names = {c.name for c in self.service.store.list_clusters()}
+                    for name in names - set(self._probers):
+                        t = threading.Thread(
+                            target=self._probe_loop, args=(name,), name=f"probe-{name}", daemon=True
+                        )
+                        self._probers[name] = t
+                        t.start()
+                    for name, t in list(self._probers.items()):
+                        if not t.is_alive():
+                            del self._probers[name]
+            except Exception as exc:
+                log.warning("health loop: %s", exc)
+            self._stop.wait(self.settings.health_interval)
+
+    def _probe_loop(self, name: str) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            if not self.is_leader:
+                with self._health_lock:
+                    self._health.pop(name, None)  # start afresh when leading again
+                return
+            try:
+                self.probe_once(name)
+            except NotFound:
+                with self._health_lock:
+                    self._health.pop(name, None)
+                return
+            except Exception as exc:  # the store is down: try again
+                log.warning("health of %s: %s", name, exc)
+            elapsed = self._clock() - started
+            self._stop.wait(max(0.0, self.settings.health_interval - elapsed))
+
+    def probe_once(self, name: str) -> HealthState:
+        """Probe one cluster, record its health, fail its streams over if it is down."""
+        s = self.settings
+        cluster = self.service.store.get_cluster(name)
+        started = self._clock()
+        error: str | None = None
+        try:
+            self._io(cluster.bootstrap).probe(s.health_timeout)
+        except StreamplaneError as exc:
+            error = str(exc)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        now = self._clock()
+        with self._health_lock:
+            before = self._health.get(name, HealthState())
+            state = observe_probe(
+                before,
+                ok=error is None,
+                started=started,
+                now=now,
+                threshold_s=s.health_threshold,
+                error=error,
+            )
+            self._health[name] = state
+            written, last_written = self._written.get(name, (None, -1e9))
+        key = (state.health.value, state.last_error if error else None)
+        if key != written or now - last_written >= HEALTH_REWRITE_S:
+            self._write_health(name, state, now)
+            with self._health_lock:
+                self._written[name] = (key, now)
+        if state.health is not before.health and before.health is not ClusterHealth.UNKNOWN:
+            self._audit_health(name, state)
+        if state.health is ClusterHealth.DOWN and s.health_failover:
+            self._fail_over_cluster(name, state)
+        return state
+
+    def _write_health(self, name: str, state: HealthState, now: float) -> None:
+        since = utcnow() - timedelta(seconds=max(0.0, now - (state.since or now)))
+        try:
+            self.store.save_health(name, state.health.value, since, state.last_error, self.replica)
+        except Exception as exc:
+            log.warning("saving the health of %s failed: %s", name, exc)
+
+    def _audit_health(self, name: str, state: HealthState) -> None:
+        detail = {"cluster": name, "health": state.health.value, "error": state.last_error}
+        try:
+            self.service.store.append_audit(
+                AuditEntry("health", f"cluster.{state.health.value}", None, detail)
+            )
+        except Exception as exc:
+            log.warning("audit of %s's health failed: %s", name, exc)
+
+    def _fail_over_cluster(self, failed: str, state: HealthState) -> None:
+        """Move every lane whose active segment is on ``failed`` (dlq included)."""
+        streams = [s for s, cs in self.service.store.active_clusters().items() if failed in cs]
+        if not streams:
+            return
+        tags = {c.name: dict(c.tags) for c in self.service.store.list_clusters()}
+        with self._health_lock:
+            health = {n: st.health for n, st in self._health.items()}
+        for stream in streams:
+            try:
+                table = self.service.routing(stream)
+                lanes = [lane for lane in table.all_lanes if _active_cluster(table, lane) == failed]
+                target = choose_standby(failed, stream, tags, health)
+                if not lanes:
+                    continue
+                if target is None:
+                    self._warn_once(
+                        (stream, failed, "standby"), "no healthy standby for %s", stream
+                    )
+                    continue
+                reason = f"cluster {failed} is down: {state.last_error}"
+                self.service.failover(stream, target, lanes, None, reason[:1000], actor="health")
+                log.warning("failed stream %s over from %s to %s", stream, failed, target)
+            except (Conflict, NotFound):
+                continue  # changed meanwhile: the next probe looks again
+            except Exception as exc:
+                log.warning("automatic failover of %s off %s failed: %s", stream, failed, exc)
+
+    # ------------------------------------------------------------------ sealer
+    def _sealer_loop(self) -> None:
+        while not self._stop.wait(self.settings.sealer_interval):
+            if not self.is_leader:
+                continue
+            try:
+                self.seal_and_retire_once()
+            except Exception as exc:
+                log.warning("sealer: %s", exc)
+
+    def seal_and_retire_once(self, now: float | None = None) -> None:
+        """One round of the sealer (also called directly by tests)."""
+        mono = time.monotonic() if now is None else now
+        for stream in self.store.streams_with(SegmentState.DRAINING, SegmentState.SEALED):
+            try:
+                table = self.service.routing(stream)
+            except NotFound:
+                continue
+            for seg in table.segments:
+                try:
+                    if seg.state is SegmentState.DRAINING:
+                        self._maybe_seal(table, seg, mono)
+                except (Conflict, NotFound):
+                    break  # the table moved on: next round
+            due = mono - self._last_retire_check.get(stream, -1e9) >= self.settings.retire_interval
+            sealed = [s for s in table.segments if s.state is SegmentState.SEALED]
+            if sealed and self.settings.auto_retire and due:
+                self._last_retire_check[stream] = mono
+                try:
+                    self._maybe_retire(stream, sealed)
+                except (Conflict, NotFound):
+                    continue
+
+    def _maybe_seal(self, table: RoutingTable, seg: Segment, mono: float) -> None:
+        s = self.settings
+        succ = successor_epoch(table, seg)
+        if succ is None:
+            return
+        key = (table.stream, seg.cluster, seg.topic)
+        first = self._first_seen_draining.setdefault(key, mono)
+        started = self.store.failover_time(table.stream, succ)
+        if started is not None:
+            draining_for = (datetime.now(UTC) - started).total_seconds()
+        else:
+            draining_for = mono - first
+        producers = self.store.live_producers(table.stream, s.producer_liveness)
+        reason = seal_reason(
+            table, seg, producers, draining_for, settle_s=s.seal_settle, grace_s=s.seal_grace
+        )
+        if reason is None:
+            return
+        try:
+            cluster = self.service.store.get_cluster(seg.cluster)
+            offsets = self._io(cluster.bootstrap).end_offsets(
+                seg.topic, seg.partitions, s.kafka_timeout
+            )
+        except StreamplaneError as exc:
+            self._warn_once(key, "cannot seal %s on %s yet: %s", seg.topic, seg.cluster, exc)
+            return
+        self.service.transition_segment(
+            table.stream, seg.cluster, seg.topic, SegmentState.SEALED, offsets, actor="sealer"
+        )
+        self._first_seen_draining.pop(key, None)
+        self._warned.discard(key)
+        log.info("sealed %s on %s (%s)", seg.topic, seg.cluster, reason)
+
+    def _maybe_retire(self, stream: str, sealed: list[Segment]) -> None:
+        """Retire the sealed segments every group reading ``stream`` has settled."""
+        table = self.service.routing(stream)
+        by_cluster: dict[str, dict[str, int]] = {}
+        for seg in table.readable():
+            by_cluster.setdefault(seg.cluster, {})[seg.topic] = seg.partitions
+        committed: dict[str, dict[str, dict[int, int]]] = {}
+        try:
+            for cluster_name, topics in sorted(by_cluster.items()):
+                cluster = self.service.store.get_cluster(cluster_name)
+                for group, offsets in (
+                    self._io(cluster.bootstrap).committed(topics, self.settings.kafka_timeout)
+                ).items():
+                    committed.setdefault(group, {}).update(offsets)
+        except StreamplaneError as exc:
+            # A cluster we cannot read may hide a group: retire nothing this round.
+            self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s", stream, exc)
+            return
+        readers = set(committed) | self.store.reporting_groups(stream)
+        for seg in sealed:
+            reported = self.store.drained_groups(stream, seg.cluster, seg.topic)
+            try:
+                cluster = self.service.store.get_cluster(seg.cluster)
+                end = self._io(cluster.bootstrap).end_offsets(
+                    seg.topic, seg.partitions, self.settings.kafka_timeout
+                )
+            except StreamplaneError:
+                continue
+            # Records that landed after the seal (late batches) must be settled too.
+            for p, o in seg.sealed_end_offsets.items():
+                end[p] = max(end.get(p, 0), o)
+            offsets_here = {g: committed.get(g, {}).get(seg.topic, {}) for g in readers}
+            check = retire_check(end, offsets_here, reported)
+            if check.retire:
+                self.service.transition_segment(
+                    stream, seg.cluster, seg.topic, SegmentState.RETIRED, None, actor="sealer"
+                )
+                log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
+
+    def _warn_once(self, key: tuple[str, str, str], msg: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+
+def _active_cluster(table: RoutingTable, lane: str) -> str | None:
+    for s in table.segments:
+        if s.lane == lane and s.state is SegmentState.ACTIVE:
+            return s.cluster
+    return None

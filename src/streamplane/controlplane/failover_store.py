@@ -1,0 +1,202 @@
+"""The failover protocol's state in SQL: producer heartbeats, drained reports, health.
+
+Kept in the store (not in memory) because every replica serves the API while only the
+leader runs the background tasks: a heartbeat or a drained report that reaches one
+replica must be seen by the leader, and the health the leader measures must be served
+by every replica. Portable SQL only, like ``store.py``: no upserts (update, then insert,
+and a concurrent insert of the same key means someone else just wrote it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from streamplane.controlplane.store import _aware, audit_log, segments, utcnow
+from streamplane.core.routing import SegmentState
+
+_md = sa.MetaData()
+
+producer_heartbeats = sa.Table(
+    "producer_heartbeats",
+    _md,
+    sa.Column("stream", sa.String(63), primary_key=True),
+    sa.Column("producer_id", sa.String(128), primary_key=True),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+    sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+)
+
+segment_drains = sa.Table(
+    "segment_drains",
+    _md,
+    sa.Column("stream", sa.String(63), primary_key=True),
+    sa.Column("cluster", sa.String(63), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("group_name", sa.String(255), primary_key=True),
+    sa.Column("reported_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+cluster_health = sa.Table(
+    "cluster_health",
+    _md,
+    sa.Column("cluster", sa.String(63), primary_key=True),
+    sa.Column("health", sa.String(16), nullable=False),
+    sa.Column("since", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_error", sa.String(1000), nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("replica", sa.String(128), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class HealthRecord:
+    cluster: str
+    health: str
+    since: datetime
+    last_error: str | None
+    updated_at: datetime
+    replica: str
+
+
+def _put(
+    conn: Connection, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]
+) -> None:
+    where = sa.and_(*(table.c[k] == v for k, v in key.items()))
+    if conn.execute(table.update().where(where).values(**values)).rowcount == 0:
+        conn.execute(table.insert().values(**key, **values))
+
+
+class FailoverStore:
+    """Reads and writes of the failover state, over the control plane's engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _write(self, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+        for attempt in range(2):
+            try:
+                with self.engine.begin() as conn:
+                    _put(conn, table, key, values)
+                return
+            except sa.exc.IntegrityError:
+                if attempt:  # inserted concurrently twice: give up, the row is fresh anyway
+                    return
+
+    # ------------------------------------------------------------------ producers
+    def record_heartbeat(self, stream: str, producer_id: str, epoch: int) -> None:
+        self._write(
+            producer_heartbeats,
+            {"stream": stream, "producer_id": producer_id},
+            {"epoch": epoch, "last_seen": utcnow()},
+        )
+
+    def live_producers(self, stream: str, within_s: float) -> dict[str, int]:
+        """Producer id -> reported epoch, for heartbeats newer than ``within_s`` seconds."""
+        since = utcnow() - timedelta(seconds=within_s)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(producer_heartbeats.c.producer_id, producer_heartbeats.c.epoch).where(
+                    producer_heartbeats.c.stream == stream,
+                    producer_heartbeats.c.last_seen >= since,
+                )
+            )
+            return {r.producer_id: int(r.epoch) for r in rows}
+
+    def forget_producers(self, older_than_s: float) -> int:
+        since = utcnow() - timedelta(seconds=older_than_s)
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                producer_heartbeats.delete().where(producer_heartbeats.c.last_seen < since)
+            )
+            return int(done.rowcount or 0)
+
+    # ------------------------------------------------------------------ drained reports
+    def record_drained(self, stream: str, cluster: str, topic: str, group: str) -> None:
+        self._write(
+            segment_drains,
+            {"stream": stream, "cluster": cluster, "topic": topic, "group_name": group},
+            {"reported_at": utcnow()},
+        )
+
+    def drained_groups(self, stream: str, cluster: str, topic: str) -> set[str]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(segment_drains.c.group_name).where(
+                    segment_drains.c.stream == stream,
+                    segment_drains.c.cluster == cluster,
+                    segment_drains.c.topic == topic,
+                )
+            )
+            return {r.group_name for r in rows}
+
+    def reporting_groups(self, stream: str) -> set[str]:
+        """Groups that reported any segment of ``stream`` drained."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(segment_drains.c.group_name)
+                .where(segment_drains.c.stream == stream)
+                .distinct()
+            )
+            return {r.group_name for r in rows}
+
+    # ------------------------------------------------------------------ segments
+    def streams_with(self, *states: SegmentState) -> list[str]:
+        """Streams having a segment in one of ``states``."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(segments.c.stream)
+                .where(segments.c.state.in_([s.value for s in states]))
+                .distinct()
+                .order_by(segments.c.stream)
+            )
+            return [r.stream for r in rows]
+
+    def failover_time(self, stream: str, to_epoch: int) -> datetime | None:
+        """When the failover that created epoch ``to_epoch`` of ``stream`` was saved."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(audit_log.c.time, audit_log.c.detail)
+                .where(audit_log.c.stream == stream, audit_log.c.action == "stream.failover")
+                .order_by(audit_log.c.id.desc())
+                .limit(200)
+            )
+            for r in rows:
+                if int(dict(r.detail).get("to_epoch", -1)) == to_epoch:
+                    return _aware(r.time)
+        return None
+
+    # ------------------------------------------------------------------ health
+    def save_health(
+        self, cluster: str, health: str, since: datetime, last_error: str | None, replica: str
+    ) -> None:
+        self._write(
+            cluster_health,
+            {"cluster": cluster},
+            {
+                "health": health,
+                "since": since,
+                "last_error": (last_error or None) and last_error[:1000],
+                "updated_at": utcnow(),
+                "replica": replica,
+            },
+        )
+
+    def health(self) -> dict[str, HealthRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(cluster_health.select()).all()
+        return {
+            r.cluster: HealthRecord(
+                cluster=r.cluster,
+                health=r.health,
+                since=_aware(r.since),
+                last_error=r.last_error,
+                updated_at=_aware(r.updated_at),
+                replica=r.replica,
+            )
+            for r in rows
+        }

@@ -1,0 +1,147 @@
+"""Which control-plane replica is the leader (runs the health loop and the sealer).
+
+Every replica serves reads and writes (writes are compare-and-set on the epoch); only
+the leader runs the background tasks, so two replicas never fail the same cluster over
+twice or race to seal a segment.
+
+- SQLite (one replica per file): the replica is always the leader (``SingleReplica``).
+- PostgreSQL: the leader holds a session-level advisory lock
+  (``pg_try_advisory_lock``) on a dedicated connection. The others try to take it every
+  ``interval`` seconds. When the leader's process dies, PostgreSQL closes its session
+  and releases the lock, so another replica takes over within about ``interval``. A
+  leader that cannot check its connection (``SELECT 1`` fails or times out) steps down
+  at once: it may have lost the lock without knowing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
+
+log = logging.getLogger(__name__)
+
+# A fixed key (any int64): "streamplane control-plane leader".
+LEADER_LOCK_KEY = 0x5354_524D_4C44_0001
+
+
+class Leadership(Protocol):
+    @property
+    def is_leader(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class SingleReplica:
+    """Always the leader (SQLite: one replica per database file)."""
+
+    is_leader = True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class AdvisoryLockLeadership:
+    """Leader while holding a PostgreSQL advisory lock on a dedicated connection."""
+
+    def __init__(self, url: str, interval: float = 0.5, check_timeout_s: float = 2.0) -> None:
+        timeout_ms = int(check_timeout_s * 1000)
+        self._engine: Engine = sa.create_engine(
+            url,
+            poolclass=NullPool,
+            connect_args={
+                "connect_timeout": max(1, int(check_timeout_s)),
+                "options": f"-c statement_timeout={timeout_ms}",
+                "application_name": "streamplane-leader",
+            },
+        )
+        self._interval = interval
+        self._conn: Connection | None = None
+        self._leader = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.changes = 0  # how many times leadership was gained or lost (for tests)
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._tick()  # decide before serving, so a lone replica leads from the start
+        self._thread = threading.Thread(target=self._run, name="leadership", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=5)
+        self._release()
+        self._engine.dispose()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._tick()
+
+    def _tick(self) -> None:
+        try:
+            if self._conn is None:
+                self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            if self._leader:
+                self._conn.execute(sa.text("SELECT 1"))
+                return
+            got = self._conn.execute(
+                sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": LEADER_LOCK_KEY}
+            ).scalar()
+            if got:
+                self._set(True)
+        except Exception as exc:
+            if self._leader:
+                log.warning("leadership lost: the lock connection failed (%s)", exc)
+            self._set(False)
+            self._close()
+
+    def _set(self, leader: bool) -> None:
+        if leader != self._leader:
+            self._leader = leader
+            self.changes += 1
+            log.info("this replica is %s", "the leader" if leader else "a follower")
+
+    def _release(self) -> None:
+        if self._conn is not None and self._leader:
+            try:
+                self._conn.execute(
+                    sa.text("SELECT pg_advisory_unlock(:key)"), {"key": LEADER_LOCK_KEY}
+                )
+            except Exception as exc:
+                log.debug("advisory unlock failed: %s", exc)
+        self._set(False)
+        self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception as exc:
+                log.debug("closing the lock connection failed: %s", exc)
+
+
+def leadership_for(url: str, interval: float = 0.5) -> Leadership:
+    """Advisory-lock leadership on PostgreSQL, a single replica elsewhere."""
+    backend = sa.engine.make_url(url).get_backend_name()
+    if backend == "postgresql":
+        return AdvisoryLockLeadership(url, interval)
+    return SingleReplica()

@@ -1,0 +1,220 @@
+"""A dedicated fleet and control plane for failover tests (brokers get killed here).
+
+- ``fo_fleet``: its own LocalFleet of two single-broker clusters, local-a and local-b
+  (not the session's shared ``fleet``: these tests kill and restart brokers);
+- ``fo_control_plane``: its own control plane (subprocess, SQLite) with health checks on
+  (probe every 0.5 s, down after 2 s), sealing on, both clusters registered with each
+  other as ``standby``;
+- ``fo_stream``: makes uniquely named streams on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as RawKafkaError
+from confluent_kafka import Message
+
+from streamplane.client.consumer import StreamConsumer
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
+from streamplane.exceptions import NotFound
+from streamplane.local.control_plane_process import ControlPlaneProcess
+from streamplane.local.fleet import FleetSpec, LocalFleet
+
+HEALTH_ARGS = (
+    "--health",
+    "--health-interval", "0.5",
+    "--health-threshold", "2.0",
+    "--seal-grace", "10",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="package")
+def fo_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
+    data_dir = tmp_path_factory.mktemp("failover-fleet")
+    fleet = LocalFleet(data_dir)
+    fleet.up(FleetSpec(data_dir=data_dir, clusters=2, heap_mb=384))
+    yield fleet
+    fleet.down(purge=True)
+
+
+@pytest.fixture(scope="package")
+def fo_control_plane(
+    tmp_path_factory: pytest.TempPathFactory, fo_fleet: LocalFleet
+) -> Iterator[ControlPlaneProcess]:
+    cp = ControlPlaneProcess(
+        tmp_path_factory.mktemp("failover-cp"),
+        token=f"tok-{uuid.uuid4().hex}",
+        extra_args=HEALTH_ARGS,
+        log_level="info",
+    )
+    cp.start()
+    try:
+        desc = fo_fleet.descriptor()
+        with cp.client() as client:
+            client.register_cluster("local-a", desc.bootstrap("local-a"), {"standby": "local-b"})
+            client.register_cluster("local-b", desc.bootstrap("local-b"), {"standby": "local-a"})
+            wait_for(lambda: all_healthy(client), 30, "both clusters healthy")
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture
+def fo_client(fo_control_plane: ControlPlaneProcess) -> Iterator[ControlPlaneClient]:
+    with fo_control_plane.client(timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def fo_stream(fo_control_plane: ControlPlaneProcess) -> Iterator[Callable[..., str]]:
+    created: list[str] = []
+
+    def make(cluster: str = "local-a", partitions: int = 3, **kwargs: Any) -> str:
+        name = f"fo-{uuid.uuid4().hex[:8]}"
+        with fo_control_plane.client(timeout=60) as client:
+            client.create_stream(name, cluster, partitions=partitions, **kwargs)
+        created.append(name)
+        return name
+
+    yield make
+    with fo_control_plane.client(timeout=60) as client:
+        for name in created:
+            with contextlib.suppress(NotFound, Exception):
+                client.delete_stream(name)
+
+
+def all_healthy(client: ControlPlaneClient) -> bool:
+    return all(c["health"] == "ok" for c in client.cluster_health()["clusters"])
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def segment_states(client: ControlPlaneClient, stream: str) -> dict[str, str]:
+    return {s.topic: s.state.value for s in client.routing(stream).segments}
+
+
+@dataclass
+class LoadedProducer:
+    """A StreamProducer in a thread at ``rate`` records/s; ids are "<n>" values.
+
+    ``acked`` are the ids whose delivery callbacks reported success, with the cluster;
+    ``sent_times`` when each id was handed to the producer (monotonic).
+    """
+
+    producer: StreamProducer
+    rate: float
+    acked: dict[int, str] = field(default_factory=dict)
+    failed: int = 0
+    sent: int = 0
+    stopped_at: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> LoadedProducer:
+        self._thread = threading.Thread(target=self._run, name="loaded-producer", daemon=True)
+        self._thread.start()
+        return self
+
+    def _callback(self, n: int) -> Callable[[RawKafkaError | None, Message], None]:
+        def done(err: RawKafkaError | None, msg: Message) -> None:
+            with self._lock:
+                if err is None:
+                    self.acked[n] = msg.topic() or ""
+                else:
+                    self.failed += 1
+
+        return done
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        n = 0
+        while not self._stop.is_set():
+            due = int((time.monotonic() - start) * self.rate)
+            while n < due and not self._stop.is_set():
+                self.producer.send(
+                    str(n).encode(), key=str(n % 97).encode(), on_delivery=self._callback(n)
+                )
+                n += 1
+                self.sent = n
+            self.producer.poll(0)
+            time.sleep(0.005)
+
+    def stop(self, flush_s: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self.stopped_at = time.monotonic()
+        with contextlib.suppress(Exception):
+            self.producer.flush(flush_s)
+
+
+def consume_ids(
+    client: ControlPlaneClient,
+    stream: str,
+    group: str,
+    want: set[int],
+    timeout: float,
+    members: int = 1,
+) -> tuple[set[int], int]:
+    """Consume until every id in ``want`` was seen (or timeout): (ids, duplicates)."""
+    seen: set[int] = set()
+    dups = 0
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def member() -> None:
+        nonlocal dups
+        with StreamConsumer(stream, group, control_plane=client, commit_interval_s=0.5) as c:
+            while not stop.is_set():
+                msg = c.poll(0.2)
+                if msg is None:
+                    continue
+                n = int(msg.value or b"-1")
+                with lock:
+                    if n in seen:
+                        dups += 1
+                    seen.add(n)
+                msg.ack()
+            c.commit()
+
+    threads = [threading.Thread(target=member, daemon=True) for _ in range(members)]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if want <= seen:
+                    break
+            time.sleep(0.2)
+        time.sleep(1.5)  # a last commit round
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    return seen, dups
+
+
+def producer_for(client: ControlPlaneClient, stream: str, **extra: Any) -> StreamProducer:
+    return StreamProducer(stream, control_plane=client, extra_config=extra or None).open()
+
+
+__all__: Sequence[str] = ()

@@ -1,0 +1,398 @@
+"""The failover protocol over the app: heartbeats, drained reports, lost, health, sealer.
+
+The runtime's Kafka I/O is a stub (``StubClusterIO``); the sealer and the probes are
+driven one round at a time (``seal_and_retire_once``, ``probe_once``), with a fake clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+from fastapi import FastAPI
+
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
+from streamplane.controlplane.leadership import SingleReplica
+from streamplane.controlplane.service import ControlPlaneService
+from streamplane.core.failover import ClusterHealth
+from streamplane.exceptions import KafkaError
+from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, TestClient, create_stream
+
+BY_BOOTSTRAP = {b: n for n, b in BOOTSTRAPS.items()}
+
+
+@dataclass
+class StubClusterIO:
+    """Per cluster: up or down, end offsets per topic, committed offsets per group."""
+
+    down: set[str] = field(default_factory=set)
+    ends: dict[str, dict[int, int]] = field(default_factory=dict)
+    commits: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+
+    def for_bootstrap(self, bootstrap: str) -> _IO:
+        return _IO(self, BY_BOOTSTRAP.get(bootstrap, bootstrap))
+
+
+@dataclass
+class _IO:
+    stub: StubClusterIO
+    cluster: str
+
+    def _check(self) -> None:
+        if self.cluster in self.stub.down:
+            raise KafkaError(f"{self.cluster} is down", code="_TRANSPORT")
+
+    def probe(self, timeout: float) -> None:
+        self._check()
+
+    def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
+        self._check()
+        ends = self.stub.ends.get(topic, {})
+        return {p: ends.get(p, 0) for p in range(partitions)}
+
+    def committed(
+        self, topics: Mapping[str, int], timeout: float
+    ) -> dict[str, dict[str, dict[int, int]]]:
+        self._check()
+        out: dict[str, dict[str, dict[int, int]]] = {}
+        for group, per_topic in self.stub.commits.items():
+            mine = {t: o for t, o in per_topic.items() if t in topics}
+            if mine:
+                out[group] = mine
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def io() -> StubClusterIO:
+    return StubClusterIO()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def runtime_settings() -> FailoverSettings:
+    return FailoverSettings(
+        health_enabled=False,  # probes are driven by hand
+        sealing_enabled=False,  # so is the sealer
+        health_threshold=3.0,
+        seal_settle=0.0,
+        seal_grace=1000.0,
+    )
+
+
+@pytest.fixture
+def runtime(
+    service: ControlPlaneService,
+    io: StubClusterIO,
+    clock: Clock,
+    runtime_settings: FailoverSettings,
+) -> FailoverRuntime:
+    return FailoverRuntime(
+        service,
+        runtime_settings,
+        leadership=SingleReplica(),
+        io_factory=io.for_bootstrap,
+        clock=clock,
+    )
+
+
+@pytest.fixture
+def fapp(settings: ControlPlaneSettings, service: ControlPlaneService) -> FastAPI:
+    return create_app(settings, service)
+
+
+@pytest.fixture
+def fhttp(fapp: FastAPI) -> Iterator[TestClient]:
+    with TestClient(fapp) as client:
+        yield client
+
+
+def failover(http: TestClient, name: str = "orders", **body: object) -> dict[str, object]:
+    resp = http.post(
+        f"/v1/streams/{name}/failover", json={"cluster": "local-b", **body}, headers=AUTH
+    )
+    assert resp.status_code == 200, resp.text
+    out: dict[str, object] = resp.json()
+    return out
+
+
+def states(service: ControlPlaneService, name: str = "orders") -> dict[str, str]:
+    return {s.topic: s.state.value for s in service.routing(name).segments}
+
+
+# ---------------------------------------------------------------------- endpoints
+def test_producer_heartbeat(fhttp: TestClient, runtime: FailoverRuntime) -> None:
+    create_stream(fhttp)
+    path = "/v1/streams/orders/producers/host-1-42/heartbeat"
+    assert fhttp.post(path, json={"epoch": 1}).status_code == 401
+    resp = fhttp.post(path, json={"epoch": 1}, headers=AUTH)
+    assert resp.json() == {
+        "stream": "orders",
+        "producer_id": "host-1-42",
+        "epoch": 1,
+        "stream_epoch": 1,
+    }
+    assert runtime.store.live_producers("orders", 60) == {"host-1-42": 1}
+    fhttp.post(path, json={"epoch": 2}, headers=AUTH)
+    assert runtime.store.live_producers("orders", 60) == {"host-1-42": 2}
+    missing = fhttp.post("/v1/streams/nope/producers/p/heartbeat", json={"epoch": 1}, headers=AUTH)
+    assert missing.status_code == 404
+    bad = fhttp.post("/v1/streams/orders/producers/a b/heartbeat", json={"epoch": 1}, headers=AUTH)
+    assert bad.status_code == 422
+    assert fhttp.post(path, json={"epoch": -1}, headers=AUTH).status_code == 422
+
+
+def test_segments_drained_and_listing(fhttp: TestClient) -> None:
+    create_stream(fhttp)
+    body = {"group": "indexer", "cluster": "local-a", "topic": "sp.orders.realtime.e1"}
+    resp = fhttp.post("/v1/streams/orders/segments/drained", json=body, headers=AUTH)
+    assert resp.status_code == 400 and "still active" in resp.json()["detail"]
+    failover(fhttp, lanes=["realtime"])
+    for group in ("indexer", "archiver", "indexer"):
+        resp = fhttp.post(
+            "/v1/streams/orders/segments/drained", json={**body, "group": group}, headers=AUTH
+        )
+        assert resp.status_code == 200, resp.text
+    assert resp.json()["drained_by"] == ["archiver", "indexer"]
+    unknown = {**body, "topic": "sp.orders.realtime.e9"}
+    resp = fhttp.post("/v1/streams/orders/segments/drained", json=unknown, headers=AUTH)
+    assert resp.status_code == 400
+    fhttp.post("/v1/streams/orders/producers/p1/heartbeat", json={"epoch": 2}, headers=AUTH)
+    doc = fhttp.get("/v1/streams/orders/segments").json()
+    assert doc["epoch"] == 2 and doc["producers"] == {"p1": 2}
+    by_topic = {s["topic"]: s for s in doc["segments"]}
+    assert by_topic["sp.orders.realtime.e1"]["drained_by"] == ["archiver", "indexer"]
+    assert by_topic["sp.orders.realtime.e1"]["state"] == "draining"
+    assert by_topic["sp.orders.realtime.e2"]["drained_by"] == []
+
+
+def test_declare_lost_is_audited(fhttp: TestClient) -> None:
+    create_stream(fhttp)
+    resp = fhttp.post("/v1/streams/orders/segments/lost", json={"cluster": "local-a"}, headers=AUTH)
+    assert resp.status_code == 400 and "fail its active segments over first" in resp.text
+    failover(fhttp)
+    resp = fhttp.post(
+        "/v1/streams/orders/segments/lost",
+        json={"cluster": "local-a", "reason": "disk fire"},
+        headers={**AUTH, "X-Streamplane-Actor": "oncall"},
+    )
+    assert resp.status_code == 200, resp.text
+    lost = {s["topic"] for s in resp.json()["segments"] if s["state"] == "lost"}
+    assert lost == {"sp.orders.realtime.e1", "sp.orders.bulk.e1"}
+    entry = fhttp.get("/v1/audit", params={"stream": "orders"}).json()[0]
+    assert (entry["actor"], entry["action"], entry["detail"]["reason"]) == (
+        "oncall",
+        "segment.lost",
+        "disk fire",
+    )
+    again = fhttp.post(
+        "/v1/streams/orders/segments/lost", json={"cluster": "local-a"}, headers=AUTH
+    )
+    assert again.status_code == 400
+
+
+def test_cluster_health_is_served(
+    fhttp: TestClient, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    assert fhttp.get("/v1/clusters").json()[0]["health"]["state"] == "unknown"
+    runtime.probe_once("local-a")
+    io.down.add("local-b")
+    runtime.probe_once("local-b")
+    health = {c["name"]: c["health"] for c in fhttp.get("/v1/clusters").json()}
+    assert health["local-a"]["state"] == "ok"
+    assert health["local-b"]["state"] == "degraded"
+    assert "local-b is down" in health["local-b"]["last_error"]
+    one = fhttp.get("/v1/clusters/local-b").json()["health"]
+    assert one["state"] == "degraded"
+    overview = fhttp.get("/v1/health/clusters").json()
+    assert overview["leader"] is True and overview["health_enabled"] is False
+    assert {c["name"]: c["health"] for c in overview["clusters"]} == {
+        "local-a": "ok",
+        "local-b": "degraded",
+    }
+
+
+# ---------------------------------------------------------------------- health failover
+def test_down_cluster_fails_its_streams_over(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    create_stream(fhttp, "orders")
+    create_stream(fhttp, "other")
+    fhttp.post("/v1/streams/other/failover", json={"cluster": "local-b"}, headers=AUTH)
+    runtime.probe_once("local-b")  # ok: a candidate
+    io.down.add("local-a")
+    for _ in range(3):
+        state = runtime.probe_once("local-a")
+        assert state.health is ClusterHealth.DEGRADED
+        assert service.routing("orders").epoch == 1
+        clock.now += 1.0
+    state = runtime.probe_once("local-a")
+    assert state.health is ClusterHealth.DOWN
+    table = service.routing("orders")
+    assert {table.active(lane).cluster for lane in table.all_lanes} == {"local-b"}  # dlq too
+    entries = fhttp.get("/v1/audit", params={"stream": "orders"}).json()
+    assert (entries[0]["actor"], entries[0]["action"]) == ("health", "stream.failover")
+    assert "local-a is down" in entries[0]["detail"]["reason"]
+    # already moved: a second down probe changes nothing
+    clock.now += 1.0
+    runtime.probe_once("local-a")
+    assert service.routing("orders").epoch == table.epoch
+    other = service.routing("other")  # its lanes were on local-b already, its dlq was not
+    assert (other.active("realtime").epoch, other.active("dlq").cluster) == (2, "local-b")
+
+
+def test_bogus_cluster_never_moves_other_streams(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    create_stream(fhttp, "orders")
+    service.register_cluster("bogus", "127.0.0.1:1", {})
+    io.down.add("127.0.0.1:1")
+    runtime.probe_once("local-a")
+    runtime.probe_once("local-b")
+    for _ in range(6):
+        runtime.probe_once("bogus")
+        clock.now += 1.0
+    assert runtime.probe_once("bogus").health is ClusterHealth.DOWN
+    assert service.routing("orders").epoch == 1
+
+
+def test_no_healthy_standby_no_failover(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    create_stream(fhttp, "orders")
+    io.down.update({"local-a", "local-b"})
+    for _ in range(5):
+        runtime.probe_once("local-b")
+        runtime.probe_once("local-a")
+        clock.now += 1.0
+    assert service.routing("orders").epoch == 1
+
+
+# ---------------------------------------------------------------------- sealer
+def test_sealer_waits_for_producers_then_seals(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    create_stream(fhttp, partitions=2)
+    hb = "/v1/streams/orders/producers/{}/heartbeat"
+    fhttp.post(hb.format("p1"), json={"epoch": 1}, headers=AUTH)
+    fhttp.post(hb.format("p2"), json={"epoch": 1}, headers=AUTH)
+    failover(fhttp, lanes=["realtime"])
+    io.ends["sp.orders.realtime.e1"] = {0: 7, 1: 3}
+    fhttp.post(hb.format("p1"), json={"epoch": 2}, headers=AUTH)
+    runtime.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "draining"  # p2 is behind
+    fhttp.post(hb.format("p2"), json={"epoch": 2}, headers=AUTH)
+    runtime.seal_and_retire_once()
+    seg = next(s for s in service.routing("orders").segments if s.topic == "sp.orders.realtime.e1")
+    assert (seg.state.value, dict(seg.sealed_end_offsets)) == ("sealed", {0: 7, 1: 3})
+    entry = fhttp.get("/v1/audit", params={"stream": "orders"}).json()[0]
+    assert (entry["actor"], entry["detail"]["state"]) == ("sealer", "sealed")
+
+
+def test_sealer_keeps_a_dead_clusters_segment_draining(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    create_stream(fhttp)
+    failover(fhttp)
+    io.down.add("local-a")
+    runtime.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "draining"
+    io.down.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "sealed"
+
+
+def test_grace_period_seals_past_a_lagging_producer(
+    fhttp: TestClient, service: ControlPlaneService, io: StubClusterIO
+) -> None:
+    rt = FailoverRuntime(
+        service,
+        FailoverSettings(seal_settle=0.0, seal_grace=0.001),
+        leadership=SingleReplica(),
+        io_factory=io.for_bootstrap,
+    )
+    create_stream(fhttp)
+    fhttp.post("/v1/streams/orders/producers/p1/heartbeat", json={"epoch": 1}, headers=AUTH)
+    failover(fhttp)
+    rt.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "sealed"
+
+
+def test_retire_when_every_reading_group_settled(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    create_stream(fhttp, partitions=2)
+    failover(fhttp, lanes=["realtime"])
+    old, new = "sp.orders.realtime.e1", "sp.orders.realtime.e2"
+    io.ends[old] = {0: 5, 1: 0}
+    runtime.seal_and_retire_once()
+    assert states(service)[old] == "sealed"
+    # nobody has read the stream: not retired automatically
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[old] == "sealed"
+    # g1 settled the old segment, g2 only read the new one
+    io.commits = {"g1": {old: {0: 5}}, "g2": {new: {0: 1}}}
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[old] == "sealed"
+    fhttp.post(
+        "/v1/streams/orders/segments/drained",
+        json={"group": "g2", "cluster": "local-a", "topic": old},
+        headers=AUTH,
+    )
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[old] == "retired"
+
+
+def test_follower_does_nothing(
+    service: ControlPlaneService, io: StubClusterIO, fhttp: TestClient
+) -> None:
+    class Follower:
+        is_leader = False
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+    rt = FailoverRuntime(
+        service,
+        FailoverSettings(sealing_enabled=True, seal_settle=0, sealer_interval=0.01),
+        leadership=Follower(),
+        io_factory=io.for_bootstrap,
+    )
+    assert rt.is_leader is False
+    create_stream(fhttp)
+    failover(fhttp)
+    rt.start()
+    rt.stop()
+    assert states(service)["sp.orders.realtime.e1"] == "draining"
