@@ -39,7 +39,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 20.0) ->
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
-        if value is not None and value is not False:
+        if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

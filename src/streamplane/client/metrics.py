@@ -1,0 +1,208 @@
+"""Client-side metrics: plain integers on the hot path, Prometheus at scrape time.
+
+The producer and the consumer count with one dictionary increment per event
+(``METRICS.produced[(stream, lane)] += 1``) and observe latencies into fixed-bucket
+``Histogram`` objects (a bisect and two additions). Nothing here calls
+prometheus-client per record: ``ClientMetricsCollector`` turns the counts into metric
+families only when ``REGISTRY`` is scraped.
+
+Exposing them from an application::
+
+    from streamplane.client.metrics import REGISTRY, start_http_server
+    start_http_server(9108)              # or: prometheus_client.generate_latest(REGISTRY)
+
+Names (all prefixed ``streamplane_client_``; labels in braces):
+
+- ``produced_total{stream,lane}``, ``acked_total{stream,lane}`` (producer deliveries
+  acknowledged by the brokers), ``produce_errors_total{stream,lane}``
+- ``consumed_total{stream,lane,cluster,topic,partition}`` (records fetched: throughput
+  per partition), ``handled_acked_total``, ``nacked_total``, ``rejected_total``,
+  ``dlq_total`` ``{stream,lane}`` (the consumer's per-record outcomes)
+- ``commit_metadata_bytes{stream,cluster}`` (histogram of commit metadata sizes),
+  ``commits_total{stream,cluster}``
+- ``produce_latency_seconds{stream}`` (send to delivery report) and
+  ``fetch_latency_seconds{stream,cluster}`` (one fetch call), histograms
+
+Counters are process-wide and never reset (Prometheus computes rates). Increments from
+several threads may race under free-threaded Python; with the GIL a ``+= 1`` on a dict
+entry can lose an update only across a thread switch inside it, which metrics tolerate.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import start_http_server as _start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "LATENCY_BUCKETS_S",
+    "METRICS",
+    "REGISTRY",
+    "SIZE_BUCKETS_BYTES",
+    "ClientMetrics",
+    "ClientMetricsCollector",
+    "Histogram",
+    "start_http_server",
+]
+
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+SIZE_BUCKETS_BYTES: tuple[float, ...] = (32, 64, 128, 256, 512, 1024, 2048, 3072, 4096, 65536)
+
+PREFIX = "streamplane_client_"
+
+
+class Histogram:
+    """Fixed buckets of plain ints; ``observe`` costs a bisect and two additions."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        """Prometheus buckets: (upper bound, observations <= it), +Inf last."""
+        out = []
+        running = 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(running)))
+        return out
+
+
+class _Histograms(dict[tuple[str, ...], Histogram]):
+    def __init__(self, bounds: Sequence[float]) -> None:
+        super().__init__()
+        self._bounds = tuple(bounds)
+
+    def __missing__(self, key: tuple[str, ...]) -> Histogram:
+        h = self[key] = Histogram(self._bounds)
+        return h
+
+
+class ClientMetrics:
+    """Every client counter of the process (``METRICS`` is the one the library uses)."""
+
+    def __init__(self) -> None:
+        self.produced: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.delivered: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.produce_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.consumed: defaultdict[tuple[str, str, str, str, int], int] = defaultdict(int)
+        self.acked: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.nacked: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.rejected: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.dlq: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.commits: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.commit_metadata_bytes = _Histograms(SIZE_BUCKETS_BYTES)
+        self.produce_latency = _Histograms(LATENCY_BUCKETS_S)
+        self.fetch_latency = _Histograms(LATENCY_BUCKETS_S)
+
+    def produce_delivered(self, stream: str, lane: str, err: object, latency_s: float) -> None:
+        """A delivery report (one per record; called from the producer's poll)."""
+        if err is None:
+            self.delivered[(stream, lane)] += 1
+        else:
+            self.produce_errors[(stream, lane)] += 1
+        if latency_s >= 0:
+            self.produce_latency[(stream,)].observe(latency_s)
+
+    def committed(self, stream: str, cluster: str, metadata_sizes: Iterable[int]) -> None:
+        """A commit round to one cluster, with the metadata size of each partition."""
+        h = self.commit_metadata_bytes[(stream, cluster)]
+        n = 0
+        for size in metadata_sizes:
+            h.observe(size)
+            n += 1
+        self.commits[(stream, cluster)] += n
+
+    def reset(self) -> None:
+        """Forget everything (tests)."""
+        self.__init__()  # type: ignore[misc]
+
+
+METRICS = ClientMetrics()
+
+
+def _counter(
+    name: str, doc: str, labels: Sequence[str], values: Mapping[Any, int]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(PREFIX + name, doc, labels=list(labels))
+    for key, value in list(values.items()):
+        family.add_metric([str(k) for k in key], value)
+    return family
+
+
+def _histogram(
+    name: str, doc: str, labels: Sequence[str], values: Mapping[Any, Histogram]
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(PREFIX + name, doc, labels=list(labels))
+    for key, h in list(values.items()):
+        family.add_metric([str(k) for k in key], h.cumulative(), h.sum)
+    return family
+
+
+class ClientMetricsCollector(Collector):
+    """Exports a ``ClientMetrics`` at scrape time."""
+
+    def __init__(self, metrics: ClientMetrics = METRICS) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        sl = ("stream", "lane")
+        yield _counter("produced", "Records handed to send().", sl, m.produced)
+        yield _counter("acked", "Records the brokers acknowledged.", sl, m.delivered)
+        yield _counter("produce_errors", "Records that failed delivery.", sl, m.produce_errors)
+        yield _counter(
+            "consumed",
+            "Records fetched, per partition.",
+            ("stream", "lane", "cluster", "topic", "partition"),
+            m.consumed,
+        )
+        yield _counter("handled_acked", "Consumed records acked.", sl, m.acked)
+        yield _counter("nacked", "Consumed records nacked (retried).", sl, m.nacked)
+        yield _counter("rejected", "Consumed records rejected.", sl, m.rejected)
+        yield _counter("dlq", "Records written to the dlq lane.", sl, m.dlq)
+        yield _counter("commits", "Partition commits.", ("stream", "cluster"), m.commits)
+        yield _histogram(
+            "commit_metadata_bytes",
+            "Size of the commit metadata per partition commit.",
+            ("stream", "cluster"),
+            m.commit_metadata_bytes,
+        )
+        yield _histogram(
+            "produce_latency_seconds",
+            "From send() to the delivery report.",
+            ("stream",),
+            m.produce_latency,
+        )
+        yield _histogram(
+            "fetch_latency_seconds",
+            "Duration of one fetch call that returned records.",
+            ("stream", "cluster"),
+            m.fetch_latency,
+        )
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(ClientMetricsCollector(METRICS))
+
+
+def start_http_server(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve ``REGISTRY`` on ``http://addr:port/metrics`` from a daemon thread."""
+    _start_http_server(port, addr=addr, registry=REGISTRY)

@@ -1,0 +1,332 @@
+"""Time lag over HTTP: the lag monitor's API, Prometheus ``/metrics`` and the dashboard.
+
+``create_app`` includes ``lag_router`` with one line and brackets its lifespan with
+``start_lag_plane`` / ``LagPlane.stop``. The lag plane of an app holds:
+
+- the ``LagMonitor`` over the store's clusters and routing tables (started when
+  ``settings.lag_monitor`` is true; its snapshots go to ``settings.lag_snapshot_dir``,
+  by default a ``lag/`` directory next to a SQLite store, else ``.streamplane/lag``);
+- the app's own Prometheus registry (lag families built at scrape time, HTTP request
+  counters), served at ``/metrics``;
+- the request counter, installed around the app's ASGI stack at start-up (so every
+  route is counted, labelled by its template).
+
+Routes (reads, open like every read of the control plane):
+
+| method and path | answer |
+| --- | --- |
+| ``GET /v1/lag?group=&stream=`` | per partition lag and per group aggregates |
+| ``GET /v1/groups?stream=`` | one summary per group (across clusters) |
+| ``GET /v1/groups/{group}/lag/history`` | the group's lag chart data (404 if untracked) |
+| ``GET /v1/lag/readers`` | the ``__consumer_offsets`` readers, one per cluster |
+| ``GET /v1/lag/dlq`` | records written to each dlq segment |
+| ``GET /metrics`` | Prometheus text format |
+| ``GET /ui`` | the dashboard (``streamplane.controlplane.dashboard``) |
+
+With the monitor off every lag list is empty (and history is 404).
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
+from sqlalchemy.engine import make_url
+
+from streamplane.controlplane.dashboard import router as dashboard_router
+from streamplane.controlplane.metrics import RequestMetrics, new_registry
+from streamplane.controlplane.schemas import STREAM_NAME_PATTERN, ErrorResponse
+from streamplane.controlplane.service import ControlPlaneService
+from streamplane.controlplane.store import Store
+from streamplane.core.routing import RoutingTable, validate_stream_name
+from streamplane.exceptions import NotFound
+from streamplane.lag.monitor import (
+    GroupSummary,
+    LabelledLag,
+    LagMonitor,
+    MonitorSettings,
+    summarize,
+)
+from streamplane.lag.reader import ReaderStatus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LagPlane", "StoreTopology", "lag_router", "start_lag_plane"]
+
+
+class StoreTopology:
+    """The control plane's store as the monitor's ``Topology``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def clusters(self) -> dict[str, str]:
+        return {c.name: c.bootstrap for c in self._store.list_clusters()}
+
+    def routing_tables(self) -> list[RoutingTable]:
+        tables = []
+        for s in self._store.list_streams():
+            try:
+                tables.append(self._store.routing(s.name))
+            except NotFound:
+                continue  # deleted meanwhile
+        return tables
+
+
+def default_snapshot_dir(db_url: str) -> Path:
+    """``lag/`` next to a SQLite database file, else ``.streamplane/lag``."""
+    try:
+        url = make_url(db_url)
+    except Exception:
+        return Path(".streamplane") / "lag"
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(str(url.database)).parent / "lag"
+    return Path(".streamplane") / "lag"
+
+
+class LagPlane:
+    """The lag monitor, the metrics registry and the request counter of one app."""
+
+    def __init__(self) -> None:
+        self.monitor: LagMonitor | None = None
+        self.registry: CollectorRegistry = new_registry(lambda: self.monitor)
+        self._requests: RequestMetrics | None = None
+
+    def install_request_metrics(self, app: FastAPI) -> None:
+        if self._requests is None and app.middleware_stack is not None:
+            self._requests = RequestMetrics(
+                app.middleware_stack, lambda: list(app.routes), self.registry
+            )
+            app.middleware_stack = self._requests
+
+    def stop(self) -> None:
+        monitor, self.monitor = self.monitor, None
+        if monitor is not None:
+            monitor.stop()
+
+
+def lag_plane(app: Any) -> LagPlane:
+    """The app's lag plane (created on first use)."""
+    plane = getattr(app.state, "lag_plane", None)
+    if plane is None:
+        plane = app.state.lag_plane = LagPlane()
+    assert isinstance(plane, LagPlane)
+    return plane
+
+
+def start_lag_plane(app: FastAPI, settings: Any, service: ControlPlaneService) -> LagPlane:
+    """At start-up: count requests, and start the monitor if ``settings.lag_monitor``."""
+    plane = lag_plane(app)
+    plane.install_request_metrics(app)
+    if getattr(settings, "lag_monitor", False) and plane.monitor is None:
+        configured = getattr(settings, "lag_snapshot_dir", None)
+        snapshot_dir = Path(configured) if configured else default_snapshot_dir(settings.db_url)
+        plane.monitor = LagMonitor(
+            StoreTopology(service.store), MonitorSettings(snapshot_dir=snapshot_dir)
+        )
+        plane.monitor.start()
+        log.info("lag monitor started (snapshots in %s)", snapshot_dir)
+    return plane
+
+
+# ---------------------------------------------------------------------- documents
+class PartitionLagOut(BaseModel):
+    group: str
+    cluster: str
+    stream: str | None
+    lane: str | None
+    topic: str
+    partition: int
+    committed_offset: int | None
+    end_offset: int | None
+    offset_lag: int | None
+    time_lag_s: float | None
+    status: str
+    last_commit_ms: int | None
+
+    @classmethod
+    def of(cls, p: LabelledLag) -> "PartitionLagOut":
+        lag = p.lag
+        return cls(
+            group=lag.group,
+            cluster=p.cluster,
+            stream=lag.labels.stream,
+            lane=lag.labels.lane,
+            topic=lag.topic,
+            partition=lag.partition,
+            committed_offset=lag.committed_offset,
+            end_offset=lag.end_offset,
+            offset_lag=lag.offset_lag,
+            time_lag_s=lag.time_lag_s,
+            status=lag.status.name,
+            last_commit_ms=lag.last_commit_ms,
+        )
+
+
+class GroupLagOut(BaseModel):
+    group: str
+    clusters: list[str]
+    streams: list[str]
+    partitions: int
+    offset_lag: int
+    max_time_lag_s: float | None
+    unknown_time_lag: int
+    status: str
+    last_commit_ms: int | None
+
+    @classmethod
+    def of(cls, s: GroupSummary) -> "GroupLagOut":
+        return cls(
+            group=s.group,
+            clusters=list(s.clusters),
+            streams=list(s.streams),
+            partitions=s.partitions,
+            offset_lag=s.offset_lag,
+            max_time_lag_s=s.max_time_lag_s,
+            unknown_time_lag=s.unknown_time_lag,
+            status=s.status.name,
+            last_commit_ms=s.last_commit_ms,
+        )
+
+
+class LagOut(BaseModel):
+    now_ms: int
+    monitor: bool
+    groups: list[GroupLagOut]
+    partitions: list[PartitionLagOut]
+
+
+class PartitionHistoryOut(BaseModel):
+    cluster: str
+    topic: str
+    partition: int
+    stream: str | None
+    lane: str | None
+    samples: list[tuple[int, float | None, int | None]]
+
+
+class HistoryOut(BaseModel):
+    group: str
+    interval_s: float
+    series: list[tuple[int, float | None, int | None]]
+    partitions: list[PartitionHistoryOut]
+
+
+class ReaderOut(BaseModel):
+    cluster: str
+    bootstrap: str
+    resumed_from_snapshot: bool
+    snapshot_commits: int
+    records_read: int
+    commits_tracked: int
+    caught_up: bool
+    catch_up_s: float | None
+    undecodable: int
+    last_error: str | None
+    last_record_ms: int | None
+
+    @classmethod
+    def of(cls, r: ReaderStatus) -> "ReaderOut":
+        return cls(**{name: getattr(r, name) for name in cls.model_fields})
+
+
+# ---------------------------------------------------------------------- routes
+lag_router = APIRouter()
+lag_router.include_router(dashboard_router)
+
+StreamFilter = Annotated[
+    str | None,
+    Query(max_length=63, json_schema_extra={"pattern": STREAM_NAME_PATTERN}),
+]
+GroupFilter = Annotated[str | None, Query(max_length=255, description="A consumer group id.")]
+
+
+def _monitor(request: Request, stream: str | None = None) -> LagMonitor | None:
+    if stream is not None:
+        validate_stream_name(stream)  # ConfigError: 400, like every name the API takes
+    return lag_plane(request.app).monitor
+
+
+_422: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "An invalid stream name."},
+    422: {"model": ErrorResponse, "description": "The request does not match the schema."},
+}
+_404: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "The group is not tracked."}
+}
+
+
+@lag_router.get("/v1/lag", response_model=LagOut, responses=_422, tags=["lag"])
+def get_lag(request: Request, group: GroupFilter = None, stream: StreamFilter = None) -> LagOut:
+    """Per partition lag (time lag in seconds, offset lag, status) and per group totals."""
+    monitor = _monitor(request, stream)
+    if monitor is None:
+        return LagOut(now_ms=0, monitor=False, groups=[], partitions=[])
+    now = monitor.now_ms()
+    parts = monitor.partitions(group=group, stream=stream, now_ms=now)
+    by_group: dict[str, list[LabelledLag]] = {}
+    for p in parts:
+        by_group.setdefault(p.lag.group, []).append(p)
+    return LagOut(
+        now_ms=now,
+        monitor=True,
+        groups=[GroupLagOut.of(summarize(g, ps)) for g, ps in sorted(by_group.items())],
+        partitions=[PartitionLagOut.of(p) for p in parts],
+    )
+
+
+@lag_router.get("/v1/groups", response_model=list[GroupLagOut], responses=_422, tags=["lag"])
+def list_groups(request: Request, stream: StreamFilter = None) -> list[GroupLagOut]:
+    """Every group with committed offsets on a registered cluster, with its lag."""
+    monitor = _monitor(request, stream)
+    if monitor is None:
+        return []
+    return [GroupLagOut.of(s) for s in monitor.groups(stream=stream)]
+
+
+@lag_router.get(
+    "/v1/groups/{group}/lag/history",
+    response_model=HistoryOut,
+    responses={**_404, **_422},
+    tags=["lag"],
+)
+def group_history(request: Request, group: str) -> HistoryOut:
+    """The group's lag history: per bucket its worst time lag and total offset lag
+    (``series``: [time ms, time lag s, offset lag]), and each partition's samples."""
+    monitor = _monitor(request)
+    if monitor is None:
+        raise NotFound(f"no tracked partitions of group {group!r} (the lag monitor is off)")
+    return HistoryOut.model_validate(monitor.group_history(group))
+
+
+@lag_router.get("/v1/lag/readers", response_model=list[ReaderOut], tags=["lag"])
+def readers(request: Request) -> list[ReaderOut]:
+    """The ``__consumer_offsets`` reader of each cluster: caught up, resumed, errors."""
+    monitor = _monitor(request)
+    return [] if monitor is None else [ReaderOut.of(r) for r in monitor.readers()]
+
+
+class DlqOut(BaseModel):
+    stream: str
+    cluster: str
+    topic: str
+    records: int
+
+
+@lag_router.get("/v1/lag/dlq", response_model=list[DlqOut], tags=["lag"])
+def dlq_counts(request: Request) -> list[DlqOut]:
+    """Records written to each dlq segment (log-end offsets, polled with the lag)."""
+    monitor = _monitor(request)
+    if monitor is None:
+        return []
+    return [DlqOut(stream=s, cluster=c, topic=t, records=n) for s, c, t, n in monitor.dlq_records()]
+
+
+@lag_router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    return Response(
+        generate_latest(lag_plane(request.app).registry), media_type=CONTENT_TYPE_LATEST
+    )

@@ -1,0 +1,546 @@
+"""The lag monitor: every registered cluster's ``__consumer_offsets``, one lag model each.
+
+``LagMonitor`` runs one ``ClusterWorker`` per cluster of its ``Topology`` (the control
+plane's store: clusters, and routing tables for the labels). A worker has two threads:
+
+- the *reader* follows ``__consumer_offsets`` (``OffsetsReader``) and feeds each commit to
+  the cluster's ``LagModel`` as it is read, so a commit is visible to queries within the
+  reader's poll interval (about 0.1 s); it saves the reader's snapshot every
+  ``snapshot_interval_s`` and on stop;
+- the *poller* asks for the log-end offsets of every tracked partition about every
+  ``end_offset_interval_s`` (one batched ListOffsets) and fetches the timestamps the
+  model asks for (``LagModel.timestamp_lookups``: foreign groups, and streamplane groups
+  that committed while caught up and have fallen behind since).
+
+Partitions are labelled with stream, lane and cluster from the routing tables (a
+physical topic belongs to one lane of one stream), refreshed every
+``refresh_interval_s`` together with the cluster list: a cluster added to the registry
+gets a worker, a removed one loses it, a changed bootstrap restarts it.
+
+Queries (any thread) return plain data: ``partitions``, ``groups``, ``group_history``,
+``readers``. Time comes from ``clock`` (seconds), so tests can pin it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from streamplane.core.lag import LagModel, LagSample, LagStatus, LagThresholds, PartitionLag
+from streamplane.core.routing import DLQ_LANE, RoutingTable
+from streamplane.exceptions import KafkaError, NotFound, StreamplaneError
+from streamplane.lag.reader import (
+    CommitEvent,
+    CommitKey,
+    LogEnds,
+    OffsetsReader,
+    ReaderStatus,
+    TimestampLookup,
+)
+
+log = logging.getLogger(__name__)
+
+Route = tuple[str, str]
+"""(stream, lane) of a physical topic."""
+
+
+class Topology(Protocol):
+    """Where the monitor learns the clusters and the routing tables."""
+
+    def clusters(self) -> dict[str, str]:
+        """name -> bootstrap servers"""
+        ...
+
+    def routing_tables(self) -> list[RoutingTable]: ...
+
+
+def routes_of(tables: Iterable[RoutingTable]) -> dict[tuple[str, str], Route]:
+    """(cluster, topic) -> (stream, lane), over every segment of every table."""
+    out: dict[tuple[str, str], Route] = {}
+    for table in tables:
+        for s in table.segments:
+            out[(s.cluster, s.topic)] = (table.stream, s.lane)
+    return out
+
+
+_STREAM_TOPIC = re.compile(r"^sp\.([a-z0-9][a-z0-9-]*)\.([a-z][a-z0-9-]*)\.e\d+$")
+
+
+def route_of_topic(topic: str) -> Route | None:
+    """A stream topic's (stream, lane) from its derived name, for segments not (or no
+    longer) in any routing table; None for other topics."""
+    m = _STREAM_TOPIC.match(topic)
+    return None if m is None else (m.group(1), m.group(2))
+
+
+# Charts: a point every 5 s over 10 minutes (1.9 KB of history a partition).
+DEFAULT_THRESHOLDS = LagThresholds(history_size=120, history_interval_s=5.0)
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    snapshot_dir: Path | None = None
+    end_offset_interval_s: float = 1.0
+    snapshot_interval_s: float = 5.0
+    refresh_interval_s: float = 2.0
+    lookup_timeout_s: float = 0.5
+    poll_timeout_s: float = 0.1
+    thresholds: LagThresholds = DEFAULT_THRESHOLDS
+    interpolation_points: int = 0  # > 0: also keep the kafka-lag-exporter estimate
+
+
+@dataclass(frozen=True)
+class LabelledLag:
+    """One partition's lag with its cluster."""
+
+    cluster: str
+    lag: PartitionLag
+
+    @property
+    def stream(self) -> str | None:
+        return self.lag.labels.stream
+
+    @property
+    def lane(self) -> str | None:
+        return self.lag.labels.lane
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    clusters: tuple[str, ...]
+    streams: tuple[str, ...]
+    partitions: int
+    offset_lag: int
+    max_time_lag_s: float | None
+    unknown_time_lag: int
+    status: LagStatus
+    last_commit_ms: int | None
+
+
+def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
+    """Aggregate one group's partitions (across clusters): offset lags add up, the time
+    lag is the worst one, the status the most severe."""
+    clusters: set[str] = set()
+    streams: set[str] = set()
+    n = offset_lag = unknown = 0
+    worst: float | None = None
+    status = LagStatus.OK
+    last: int | None = None
+    for p in parts:
+        n += 1
+        clusters.add(p.cluster)
+        if p.stream is not None:
+            streams.add(p.stream)
+        lag = p.lag
+        if lag.offset_lag:
+            offset_lag += lag.offset_lag
+        if lag.time_lag_s is not None:
+            worst = lag.time_lag_s if worst is None else max(worst, lag.time_lag_s)
+        elif lag.offset_lag:
+            unknown += 1
+        status = max(status, lag.status)
+        if lag.last_commit_ms is not None:
+            last = lag.last_commit_ms if last is None else max(last, lag.last_commit_ms)
+    return GroupSummary(
+        group, tuple(sorted(clusters)), tuple(sorted(streams)), n, offset_lag, worst, unknown,
+        status, last,
+    )  # fmt: skip
+
+
+def _unreachable(bootstrap: str, timeout: float = 1.0) -> str | None:
+    """None if a TCP connection to one of the bootstrap servers opens, else why not."""
+    errors = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return None
+        except (OSError, ValueError) as exc:
+            errors.append(f"{server}: {exc}")
+    return "no bootstrap server answers (" + "; ".join(errors) + ")"
+
+
+class ClusterWorker:
+    """One cluster: a reader thread, a poller thread, one lag model behind a lock."""
+
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        settings: MonitorSettings,
+        clock: Callable[[], float],
+        labels: Callable[[str, str], Route | None],
+        dlq_partitions: Callable[[str], list[tuple[str, int]]] = lambda _: [],
+    ) -> None:
+        self.name = name
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self._clock = clock
+        self._labels = labels
+        self.lock = threading.Lock()
+        self.model = LagModel(
+            settings.thresholds, interpolation_points=settings.interpolation_points
+        )
+        self._keys: dict[CommitKey, Route | None] = {}
+        self._dlq_partitions = dlq_partitions
+        self._dlq_ends: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self.status = ReaderStatus(name, bootstrap)
+        self._reader: OffsetsReader | None = None
+        self._threads = [
+            threading.Thread(target=self._read_loop, name=f"lag-reader-{name}", daemon=True),
+            threading.Thread(target=self._poll_loop, name=f"lag-poller-{name}", daemon=True),
+        ]
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def signal_stop(self) -> None:
+        self._stop.set()
+        self._ready.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop and wait for the threads (the reader saves its snapshot on the way out).
+        A reader still connecting is not waited for: it has nothing to save, and it
+        closes its client by itself when its metadata request times out."""
+        self.signal_stop()
+        wait = timeout if self._reader is not None else 0.05
+        for t in self._threads:
+            if t.is_alive():
+                t.join(wait)
+
+    # --------------------------------------------------------------- reader thread
+    def _snapshot_path(self) -> Path | None:
+        d = self.settings.snapshot_dir
+        return None if d is None else d / f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.name)}.json"
+
+    def _read_loop(self) -> None:
+        reader = None
+        try:
+            while not self._stop.is_set() and reader is None:
+                unreachable = _unreachable(self.bootstrap)
+                if unreachable is not None:  # no Kafka client for a cluster that is not there
+                    self.status = replace(self.status, last_error=unreachable)
+                    self._stop.wait(2.0)
+                    continue
+                candidate = OffsetsReader(
+                    self.name, self.bootstrap, snapshot_path=self._snapshot_path()
+                )
+                try:
+                    self._apply(candidate.open())
+                    reader = self._reader = candidate
+                except StreamplaneError as exc:
+                    candidate.close()
+                    self.status = replace(self.status, last_error=str(exc))
+                    self._stop.wait(2.0)
+            if reader is None:
+                return
+            self._ready.set()
+            next_save = time.monotonic() + self.settings.snapshot_interval_s
+            while not self._stop.is_set():
+                try:
+                    events = reader.poll(self.settings.poll_timeout_s)
+                except StreamplaneError as exc:
+                    self.status = replace(reader.status, last_error=str(exc))
+                    self._stop.wait(1.0)
+                    continue
+                if events:
+                    self._apply(events)
+                self.status = reader.status
+                if time.monotonic() >= next_save:
+                    self._save(reader)
+                    next_save = time.monotonic() + self.settings.snapshot_interval_s
+            self._save(reader)
+        except Exception:
+            log.exception("lag reader of %s failed", self.name)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _save(self, reader: OffsetsReader) -> None:
+        try:
+            reader.save_snapshot(self._now_ms())
+        except (OSError, StreamplaneError) as exc:
+            log.warning("%s: cannot save the lag snapshot: %s", self.name, exc)
+
+    def _apply(self, events: list[CommitEvent]) -> None:
+        with self.lock:
+            model = self.model
+            keys = self._keys
+            for ev in events:
+                group, topic, partition = key = ev.key
+                state = ev.state
+                if state is None:
+                    model.forget(group, topic, partition)
+                    keys.pop(key, None)
+                    continue
+                if key not in keys:
+                    route = keys[key] = self._labels(self.name, topic)
+                    stream, lane = route if route is not None else (None, None)
+                    model.track(*key, stream=stream, lane=lane, cluster=self.name)
+                model.observe_commit(*key, state.offset, state.commit_ms, state.low_watermark_ts_ms)
+
+    def relabel(self) -> None:
+        """Apply changed routes (a stream created after its group committed, a failover)."""
+        with self.lock:
+            for key, old in self._keys.items():
+                route = self._labels(self.name, key[1])
+                if route != old:
+                    self._keys[key] = route
+                    stream, lane = route if route is not None else (None, None)
+                    self.model.track(*key, stream=stream, lane=lane, cluster=self.name)
+
+    # --------------------------------------------------------------- poller thread
+    def _poll_loop(self) -> None:
+        ends: LogEnds | None = None
+        lookup: TimestampLookup | None = None
+        try:
+            self._ready.wait()
+            ends = LogEnds(self.bootstrap)
+            lookup = TimestampLookup(self.bootstrap)
+            interval = self.settings.end_offset_interval_s
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    self._poll_once(ends, lookup)
+                except (KafkaError, StreamplaneError) as exc:
+                    log.debug("%s: end-offset poll failed: %s", self.name, exc)
+                except Exception:
+                    log.exception("%s: end-offset poll failed", self.name)
+                self._stop.wait(max(0.05, interval - (time.monotonic() - started)))
+        finally:
+            if lookup is not None:
+                lookup.close()
+
+    def _poll_once(self, ends: LogEnds, lookup: TimestampLookup) -> None:
+        dlq = self._dlq_partitions(self.name)
+        with self.lock:
+            wanted = {(t, p) for (_, t, p) in self._keys}
+        if not wanted and not dlq:
+            return
+        observed = ends.fetch(wanted | set(dlq))
+        now = self._now_ms()
+        with self.lock:
+            self._dlq_ends = {tp: observed[tp] for tp in dlq if tp in observed}
+            for (topic, partition), end in observed.items():
+                self.model.observe_end_offset(topic, partition, end, now)
+            lookups = self.model.timestamp_lookups()
+        if not lookups:
+            return
+        found = lookup.lookup(((t, p, o) for _, t, p, o in lookups), self.settings.lookup_timeout_s)
+        with self.lock:
+            for group, topic, partition, offset in lookups:
+                ts = found.get((topic, partition, offset))
+                if ts is not None:
+                    self.model.observe_offset_timestamp(group, topic, partition, offset, ts)
+
+    # --------------------------------------------------------------- queries
+    def partitions(self, now_ms: int) -> list[PartitionLag]:
+        with self.lock:
+            return list(self.model.partitions(now_ms))
+
+    def histories(self, group: str) -> list[tuple[CommitKey, list[LagSample], Route | None]]:
+        with self.lock:
+            return [
+                (key, self.model.history(*key), route)
+                for key, route in self._keys.items()
+                if key[0] == group
+            ]
+
+    def dlq_end_offsets(self) -> dict[tuple[str, int], int]:
+        with self.lock:
+            return dict(self._dlq_ends)
+
+
+class LagMonitor:
+    """Time lag across every cluster of a ``Topology`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        settings: MonitorSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.topology = topology
+        self.settings = settings or MonitorSettings()
+        self._clock = clock
+        self._workers: dict[str, ClusterWorker] = {}
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._dlq: dict[str, list[tuple[str, int]]] = {}
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --------------------------------------------------------------- life cycle
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._supervise, name="lag-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(15)
+        with self._guard:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for w in workers:
+            w.signal_stop()
+        for w in workers:
+            w.stop()
+
+    def refresh(self) -> None:
+        """Re-read clusters and routes now (the supervisor does it on a timer)."""
+        try:
+            clusters = self.topology.clusters()
+            tables = self.topology.routing_tables()
+            routes = routes_of(tables)
+        except Exception as exc:
+            log.warning("lag monitor: cannot read the registry: %s", exc)
+            return
+        dlq: dict[str, list[tuple[str, int]]] = {}
+        for table in tables:
+            for seg in table.segments:
+                if seg.lane == DLQ_LANE:
+                    parts = dlq.setdefault(seg.cluster, [])
+                    parts.extend((seg.topic, p) for p in range(seg.partitions))
+        with self._guard:
+            self._routes = routes
+            self._dlq = dlq
+            stale = [w for name, w in self._workers.items() if clusters.get(name) != w.bootstrap]
+            for w in stale:
+                del self._workers[w.name]
+            added = []
+            for name, bootstrap in clusters.items():
+                if name not in self._workers:
+                    w = ClusterWorker(
+                        name, bootstrap, self.settings, self._clock, self._label, self._dlq_of
+                    )
+                    self._workers[name] = w
+                    added.append(w)
+            current = list(self._workers.values())
+        for w in stale:
+            w.stop()
+        for w in added:
+            w.start()
+        for w in current:
+            w.relabel()
+
+    def _label(self, cluster: str, topic: str) -> Route | None:
+        route = self._routes.get((cluster, topic))
+        return route if route is not None else route_of_topic(topic)
+
+    def _dlq_of(self, cluster: str) -> list[tuple[str, int]]:
+        return self._dlq.get(cluster, [])
+
+    def _supervise(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self.settings.refresh_interval_s)
+
+    def now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _workers_now(self) -> list[ClusterWorker]:
+        with self._guard:
+            return sorted(self._workers.values(), key=lambda w: w.name)
+
+    # --------------------------------------------------------------- queries
+    def partitions(
+        self, *, group: str | None = None, stream: str | None = None, now_ms: int | None = None
+    ) -> list[LabelledLag]:
+        """Every tracked partition (optionally of one group / stream), sorted."""
+        now = self.now_ms() if now_ms is None else now_ms
+        out = [
+            LabelledLag(w.name, p)
+            for w in self._workers_now()
+            for p in w.partitions(now)
+            if (group is None or p.group == group) and (stream is None or p.labels.stream == stream)
+        ]
+        out.sort(key=lambda x: (x.lag.group, x.cluster, x.lag.topic, x.lag.partition))
+        return out
+
+    def groups(self, *, stream: str | None = None, now_ms: int | None = None) -> list[GroupSummary]:
+        by_group: dict[str, list[LabelledLag]] = {}
+        for p in self.partitions(stream=stream, now_ms=now_ms):
+            by_group.setdefault(p.lag.group, []).append(p)
+        return [summarize(g, parts) for g, parts in sorted(by_group.items())]
+
+    def group_history(self, group: str) -> dict[str, object]:
+        """Per partition history and, per history bucket, the group's worst time lag and
+        total offset lag. ``NotFound`` when no cluster tracks the group."""
+        bucket_ms = max(1, round(self.settings.thresholds.history_interval_s * 1000))
+        series: dict[int, list[float | int | None]] = {}
+        partitions = []
+        for w in self._workers_now():
+            for (_, topic, partition), samples, route in w.histories(group):
+                partitions.append(
+                    {
+                        "cluster": w.name,
+                        "topic": topic,
+                        "partition": partition,
+                        "stream": route[0] if route else None,
+                        "lane": route[1] if route else None,
+                        "samples": [[s.time_ms, s.time_lag_s, s.offset_lag] for s in samples],
+                    }
+                )
+                for s in samples:
+                    b = s.time_ms // bucket_ms
+                    point = series.setdefault(b, [s.time_ms, None, 0])
+                    point[0] = max(int(point[0] or 0), s.time_ms)
+                    if s.time_lag_s is not None:
+                        point[1] = max(float(point[1] or 0.0), s.time_lag_s)
+                    if s.offset_lag is not None:
+                        point[2] = int(point[2] or 0) + s.offset_lag
+        if not partitions:
+            raise NotFound(f"no tracked partitions of group {group!r}")
+        return {
+            "group": group,
+            "interval_s": bucket_ms / 1000.0,
+            "series": [series[b] for b in sorted(series)],
+            "partitions": partitions,
+        }
+
+    def readers(self) -> list[ReaderStatus]:
+        return [w.status for w in self._workers_now()]
+
+    def dlq_records(self) -> list[tuple[str, str, str, int]]:
+        """(stream, cluster, topic, records) per dlq segment: the log-end offsets summed
+        over its partitions (records ever dead-lettered there)."""
+        totals: dict[tuple[str, str, str], int] = {}
+        for w in self._workers_now():
+            for (topic, _), end in w.dlq_end_offsets().items():
+                route = self._label(w.name, topic)
+                stream = route[0] if route else topic
+                key = (stream, w.name, topic)
+                totals[key] = totals.get(key, 0) + end
+        return [(*k, v) for k, v in sorted(totals.items())]
+
+
+def static_topology(clusters: Mapping[str, str], tables: Iterable[RoutingTable] = ()) -> Topology:
+    """A fixed topology (benchmarks, tools without a control plane)."""
+    frozen_tables = list(tables)
+
+    class _Static:
+        def clusters(self) -> dict[str, str]:
+            return dict(clusters)
+
+        def routing_tables(self) -> list[RoutingTable]:
+            return frozen_tables
+
+    return _Static()

@@ -1,0 +1,92 @@
+"""The lag API and /metrics with the monitor off, and over a monitor with fixed data."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.lag_api import default_snapshot_dir, lag_plane
+from streamplane.lag.monitor import LagMonitor, static_topology
+from streamplane.lag.reader import CommitEvent, CommitState
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+NOW_S = 1_700_000_100.0
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[TestClient]:
+    settings = ControlPlaneSettings(
+        db_url=f"sqlite:///{tmp_path / 'cp.db'}", api_token="t" * 16, lag_monitor=False
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def test_with_the_monitor_off_lists_are_empty(http: TestClient) -> None:
+    assert http.get("/v1/lag").json() == {
+        "now_ms": 0,
+        "monitor": False,
+        "groups": [],
+        "partitions": [],
+    }
+    assert http.get("/v1/groups").json() == []
+    assert http.get("/v1/groups/g/lag/history").status_code == 404
+    assert http.get("/v1/lag?stream=Bad_Name").status_code == 400
+    assert http.get("/metrics").headers["content-type"].startswith("text/plain")
+
+
+def test_lag_from_a_monitor(http: TestClient) -> None:
+    monitor = LagMonitor(static_topology({}), clock=lambda: NOW_S)
+    from streamplane.lag.monitor import ClusterWorker, MonitorSettings
+
+    worker = ClusterWorker(
+        "local-a", "h:1", MonitorSettings(), lambda: NOW_S, lambda c, t: ("orders", "realtime")
+    )
+    worker._apply(
+        [
+            CommitEvent(
+                ("g", "sp.orders.realtime.e1", 0),
+                CommitState(5, 1_700_000_099_000, 1_700_000_090_000, True),
+            )
+        ]
+    )
+    worker.model.observe_end_offset("sp.orders.realtime.e1", 0, 9, 1_700_000_099_500)
+    monitor._workers["local-a"] = worker
+    lag_plane(http.app).monitor = monitor
+
+    doc = http.get("/v1/lag", params={"stream": "orders"}).json()
+    (part,) = doc["partitions"]
+    assert part["time_lag_s"] == 10.0 and part["offset_lag"] == 4
+    assert (part["stream"], part["lane"], part["cluster"]) == ("orders", "realtime", "local-a")
+    assert doc["groups"][0]["max_time_lag_s"] == 10.0
+    assert http.get("/v1/lag", params={"stream": "other"}).json()["partitions"] == []
+    assert [g["group"] for g in http.get("/v1/groups").json()] == ["g"]
+    history = http.get("/v1/groups/g/lag/history").json()
+    assert history["series"] and history["partitions"][0]["stream"] == "orders"
+    text = http.get("/metrics").text
+    assert (
+        'streamplane_group_time_lag_seconds{cluster="local-a",group="g",lane="realtime",'
+        'partition="0",stream="orders",topic="sp.orders.realtime.e1"} 10.0'
+    ) in text
+    assert 'streamplane_group_max_time_lag_seconds{group="g"} 10.0' in text
+    lag_plane(http.app).monitor = None
+
+
+def test_snapshot_dir_defaults_next_to_a_sqlite_store() -> None:
+    assert default_snapshot_dir("sqlite:////var/sp/cp.db") == Path("/var/sp/lag")
+    assert default_snapshot_dir("postgresql+psycopg://h/db") == Path(".streamplane/lag")
+
+
+def test_dashboard_files_are_served(http: TestClient) -> None:
+    page = http.get("/ui")
+    assert page.status_code == 200 and "/ui/dashboard.js" in page.text
+    assert http.get("/ui/dashboard.js").headers["content-type"].startswith("text/javascript")
+    assert http.get("/ui/dashboard.css").status_code == 200
+    assert http.get("/ui/secret.py").status_code == 404
