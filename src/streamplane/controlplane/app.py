@@ -47,6 +47,7 @@ from streamplane.controlplane.schemas import (
 )
 from streamplane.controlplane.service import ControlPlaneService, parse_tag_filter
 from streamplane.controlplane.store import Store
+from streamplane.controlplane.tags_api import tags_router
 from streamplane.controlplane.watch import WatchHub
 from streamplane.core.assignment import AssignerConfig
 from streamplane.exceptions import (
@@ -181,6 +182,7 @@ def create_app(
     app.state.hub = hub
     app.state.settings = settings
     app.include_router(lag_router)
+    app.include_router(tags_router)
 
     @app.exception_handler(StreamplaneError)
     async def _streamplane_error(_: Request, exc: StreamplaneError) -> JSONResponse:

@@ -127,10 +127,32 @@ def _v3_failover_state(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v4_broker_and_topic_tags(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "broker_tags",
+        md,
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("broker_id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("tags", sa.JSON, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    sa.Table(
+        "topic_tags",
+        md,
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("topic", sa.String(249), primary_key=True),
+        sa.Column("tags", sa.JSON, nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
     Migration(3, "producer heartbeats, drained reports, cluster health", _v3_failover_state),
+    Migration(4, "broker and topic tags", _v4_broker_and_topic_tags),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
