@@ -10,6 +10,7 @@ from streamplane import __version__
 from streamplane.cli.clusters import clusters
 from streamplane.cli.control_plane import control_plane
 from streamplane.cli.dlq import dlq
+from streamplane.cli.lag import lag
 from streamplane.cli.local import local
 from streamplane.cli.ops import ops
 from streamplane.cli.pipeline import generate, pipeline
@@ -30,6 +31,7 @@ cli.add_command(control_plane)
 cli.add_command(clusters)
 cli.add_command(streams)
 cli.add_command(dlq)
+cli.add_command(lag)
 cli.add_command(pipeline)
 cli.add_command(generate)
 cli.add_command(ops)

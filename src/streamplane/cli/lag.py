@@ -1,0 +1,145 @@
+"""`streamplane lag [--group G] [--stream S] [--watch]`: time lag as a live table.
+
+Reads ``GET /v1/lag`` from the control plane (its lag monitor follows every cluster's
+``__consumer_offsets``). Without ``--group`` it prints one line per group; with it, one
+line per partition plus the group's total. ``--watch`` redraws every ``--interval``
+seconds until interrupted (Ctrl-C exits quietly).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+import httpx
+
+from streamplane.cli.connection import connection_options, echo_json, json_option
+from streamplane.cli.output import table
+from streamplane.exceptions import ConfigError, ControlPlaneError, ControlPlaneUnavailable
+
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+def fetch_lag(url: str, group: str | None, stream: str | None) -> dict[str, Any]:
+    """The ``/v1/lag`` document; errors become streamplane errors with one line."""
+    params = {k: v for k, v in (("group", group), ("stream", stream)) if v}
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/v1/lag", params=params, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise ControlPlaneUnavailable(f"cannot reach the control plane at {url}: {exc}") from None
+    if resp.status_code == 400:
+        raise ConfigError(resp.json().get("detail", "bad request"))
+    if resp.status_code != 200:
+        raise ControlPlaneError(f"GET /v1/lag: HTTP {resp.status_code}", status=resp.status_code)
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.1f}s"
+    if value < 3600:
+        return f"{value / 60:.1f}m"
+    return f"{value / 3600:.1f}h"
+
+
+def _int(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def render(doc: Mapping[str, Any], group: str | None) -> str:
+    """The table for one ``/v1/lag`` document (pure: tested without a server)."""
+    if not doc.get("monitor", True):
+        return "the control plane's lag monitor is off (lag_monitor = false)"
+    groups: Sequence[Mapping[str, Any]] = doc.get("groups", [])
+    if group is None:
+        if not groups:
+            return "no committed offsets seen yet"
+        rows = [
+            [
+                g["group"],
+                ",".join(g["streams"]) or "-",
+                ",".join(g["clusters"]),
+                g["partitions"],
+                g["offset_lag"],
+                seconds(g["max_time_lag_s"]),
+                g["status"],
+            ]
+            for g in groups
+        ]
+        headers = ["GROUP", "STREAMS", "CLUSTERS", "PARTITIONS", "OFFSET LAG", "TIME LAG"]
+        return table([*headers, "STATUS"], rows)
+    parts: Sequence[Mapping[str, Any]] = doc.get("partitions", [])
+    if not parts:
+        return f"group {group!r}: no tracked partitions"
+    rows = [
+        [
+            p["cluster"],
+            p["stream"] or "-",
+            p["lane"] or "-",
+            p["topic"],
+            p["partition"],
+            _int(p["committed_offset"]),
+            _int(p["end_offset"]),
+            _int(p["offset_lag"]),
+            seconds(p["time_lag_s"]),
+            p["status"],
+        ]
+        for p in parts
+    ]
+    headers = ["CLUSTER", "STREAM", "LANE", "TOPIC", "PART", "COMMITTED", "END", "OFFSET LAG"]
+    out = table([*headers, "TIME LAG", "STATUS"], rows)
+    if groups:
+        g = groups[0]
+        out += (
+            f"\n\ngroup {g['group']}: offset lag {g['offset_lag']}, "
+            f"time lag {seconds(g['max_time_lag_s'])}, {g['status']}"
+        )
+    return out
+
+
+@click.command("lag")
+@click.option("--group", "-g", default=None, help="One group: a line per partition.")
+@click.option("--stream", "-s", default=None, help="Only partitions of this stream.")
+@click.option("--watch", "-w", is_flag=True, help="Redraw until interrupted.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.2, 3600),
+    default=1.0,
+    show_default=True,
+    help="Seconds between redraws with --watch.",
+)
+@connection_options
+@json_option
+def lag(
+    url: str,
+    token: str | None,
+    group: str | None,
+    stream: str | None,
+    watch: bool,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """Time lag in seconds (and offset lag, status) of consumer groups, across clusters."""
+    del token  # reads need no token
+    while True:
+        doc = fetch_lag(url, group, stream)
+        if as_json:
+            echo_json(doc)
+        else:
+            text = render(doc, group)
+            if watch:
+                stamp = time.strftime("%H:%M:%S")
+                head = f"streamplane lag  {stamp}  (every {interval:g}s, Ctrl-C quits)"
+                text = f"{_CLEAR}{head}\n\n{text}"
+            click.echo(text)
+        if not watch:
+            return
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            return

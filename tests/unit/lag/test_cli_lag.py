@@ -1,0 +1,62 @@
+"""`streamplane lag` rendering (pure) and the command over a stub transport."""
+
+from __future__ import annotations
+
+from streamplane.cli.lag import render, seconds
+
+DOC = {
+    "now_ms": 1,
+    "monitor": True,
+    "groups": [
+        {
+            "group": "indexer",
+            "clusters": ["local-a", "local-b"],
+            "streams": ["logs"],
+            "partitions": 2,
+            "offset_lag": 12,
+            "max_time_lag_s": 3.25,
+            "unknown_time_lag": 0,
+            "status": "WARN",
+            "last_commit_ms": 1,
+        }
+    ],
+    "partitions": [
+        {
+            "group": "indexer",
+            "cluster": "local-a",
+            "stream": "logs",
+            "lane": "realtime",
+            "topic": "sp.logs.realtime.e1",
+            "partition": 0,
+            "committed_offset": 5,
+            "end_offset": 17,
+            "offset_lag": 12,
+            "time_lag_s": 3.25,
+            "status": "WARN",
+            "last_commit_ms": 1,
+        }
+    ],
+}
+
+
+def test_groups_table() -> None:
+    out = render(DOC, None)
+    assert out.splitlines()[0].split() == [
+        "GROUP", "STREAMS", "CLUSTERS", "PARTITIONS", "OFFSET", "LAG", "TIME", "LAG", "STATUS",
+    ]  # fmt: skip
+    assert "indexer  logs" in out and "3.2s" in out and "WARN" in out
+
+
+def test_partition_table_with_total() -> None:
+    out = render(DOC, "indexer")
+    assert "sp.logs.realtime.e1" in out and "local-a" in out
+    assert out.endswith("group indexer: offset lag 12, time lag 3.2s, WARN")
+
+
+def test_empty_and_off() -> None:
+    assert render({"monitor": True, "groups": [], "partitions": []}, None).startswith("no ")
+    assert "off" in render({"monitor": False, "groups": [], "partitions": []}, None)
+
+
+def test_seconds() -> None:
+    assert [seconds(v) for v in (None, 0.04, 90, 7200)] == ["-", "0.0s", "1.5m", "2.0h"]
