@@ -27,6 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamplane import __version__
 from streamplane.controlplane.assigner import AssignerService
+from streamplane.controlplane.failover_api import failover_router
+from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
 from streamplane.controlplane.groups_api import groups_router
 from streamplane.controlplane.lag_api import lag_router, start_lag_plane
 from streamplane.controlplane.schemas import (
@@ -77,6 +79,7 @@ class ControlPlaneSettings(BaseModel):
         description="How often waiting watches re-check the store (changes by other replicas).",
     )
     kafka_timeout: float = Field(default=15.0, gt=0, description="Seconds per Kafka admin call.")
+    failover: FailoverSettings = Field(default_factory=FailoverSettings)
     lag_monitor: bool = Field(default=True, description="Run the lag monitor (time lag).")
     lag_snapshot_dir: str | None = Field(
         default=None, description="Lag reader snapshots (default: lag/ beside a SQLite store)."
@@ -162,11 +165,14 @@ def create_app(
     svc = service
     hub = WatchHub(svc.store.stream_epochs, settings.watch_poll_interval)
     svc.add_listener(hub.publish)
+    failover_rt = FailoverRuntime(svc, settings.failover)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         lag_plane = start_lag_plane(app, settings, svc)
+        failover_rt.start()
         yield
+        failover_rt.stop()
         lag_plane.stop()
         hub.close()
         if owned:
@@ -231,6 +237,7 @@ def create_app(
     assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
     app.state.assigner = assigner
     app.include_router(groups_router(assigner, require_token, _errors))
+    app.include_router(failover_router(failover_rt, require_token))
 
     # ------------------------------------------------------------------ health
     @app.get("/healthz", response_model=Health, tags=["health"])
@@ -260,7 +267,11 @@ def create_app(
             Query(description="key:value; repeat to AND several tags."),
         ] = None,
     ) -> list[ClusterOut]:
-        return [ClusterOut.of(c) for c in svc.list_clusters(parse_tag_filter(tag or []))]
+        health = failover_rt.health_records()
+        return [
+            ClusterOut.of(c, health.get(c.name))
+            for c in svc.list_clusters(parse_tag_filter(tag or []))
+        ]
 
     @app.get(
         "/v1/clusters/{name}",
@@ -269,7 +280,7 @@ def create_app(
         tags=["clusters"],
     )
     def get_cluster(name: ClusterPath) -> ClusterOut:
-        return ClusterOut.of(svc.get_cluster(name))
+        return ClusterOut.of(svc.get_cluster(name), failover_rt.health_records().get(name))
 
     @app.patch(
         "/v1/clusters/{name}",
