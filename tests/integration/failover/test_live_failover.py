@@ -1,0 +1,75 @@
+"""Failover on purpose, under load: zero loss, producers on the new topic within 1 s of
+the command; and a repartition (6 -> 12 partitions) on one cluster the same way.
+
+bench/failover_latency.py runs the same loop ten times for the latency distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from streamplane.client.control_plane import ControlPlaneClient
+from tests.integration.failover.conftest import (
+    LoadedProducer,
+    consume_ids,
+    producer_for,
+    segment_states,
+    wait_for,
+)
+
+
+def test_failover_under_load(fo_client: ControlPlaneClient, fo_stream: Callable[..., str]) -> None:
+    stream = fo_stream("local-a", partitions=3)
+    started = time.monotonic()
+    load = LoadedProducer(producer_for(fo_client, stream), rate=5000).start()
+    latencies = []
+    try:
+        wait_for(lambda: len(load.acked) > 2000, 30, "records acknowledged")
+        for target in ("local-b", "local-a"):
+            commanded = time.monotonic()
+            table = fo_client.failover(stream, target, reason="test under load")
+            wait_for(lambda e=table.epoch: load.producer.epoch >= e, 10, "the producer switch")
+            latencies.append(load.producer.epoch_switch_times[table.epoch] - commanded)
+            time.sleep(2.0)
+    finally:
+        load.stop()
+        load.producer.close(10)
+    acked = set(load.acked)
+    seen, dups = consume_ids(fo_client, stream, "load-test", acked, timeout=120, members=3)
+    missing = acked - seen
+    rate = load.sent / (load.stopped_at - started)
+    print(
+        f"\nsent {load.sent} (~{rate:.0f}/s), acked {len(acked)}, consumed {len(seen)}, "
+        f"duplicates {dups}, lost {len(missing)}; switch after command: "
+        + ", ".join(f"{x * 1000:.0f} ms" for x in latencies)
+    )
+    assert not missing, f"{len(missing)} acknowledged records lost"
+    assert max(latencies) < 1.0, latencies
+
+
+def test_repartition_on_one_cluster(
+    fo_client: ControlPlaneClient, fo_stream: Callable[..., str]
+) -> None:
+    stream = fo_stream("local-b", partitions=6)
+    load = LoadedProducer(producer_for(fo_client, stream), rate=1000).start()
+    try:
+        wait_for(lambda: len(load.acked) > 500, 30, "records acknowledged")
+        table = fo_client.failover(stream, "local-b", lanes=["realtime"], partitions=12)
+        wait_for(lambda: load.producer.epoch >= table.epoch, 10, "the producer switch")
+        assert table.active("realtime").partitions == 12
+        assert table.active("realtime").cluster == "local-b"
+        wait_for(lambda: any(t.endswith(".e2") for t in load.acked.values()), 10, "new topic")
+        time.sleep(1.0)
+    finally:
+        load.stop()
+        load.producer.close(10)
+    acked = set(load.acked)
+    seen, _ = consume_ids(fo_client, stream, "repartition", acked, timeout=60)
+    assert not acked - seen, f"{len(acked - seen)} acknowledged records lost"
+    old = f"sp.{stream}.realtime.e1"
+    # sealed (and maybe already retired) while the group was still consuming
+    wait_for(lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"), 30, "sealed")
+    wait_for(lambda: segment_states(fo_client, stream)[old] == "retired", 60, "retired")
+    sealed = next(s for s in fo_client.routing(stream).segments if s.topic == old)
+    assert sorted(sealed.sealed_end_offsets) == list(range(6))
