@@ -757,11 +757,28 @@ def peek_header(metadata: str | None) -> CommitHeader | None:
     return _parse_header(_b64decode(text))
 
 
+_HEADER_TEXT = re.compile(re.escape(METADATA_PREFIX) + f"([A-Za-z0-9_-]{{{_HEADER_CHARS}}})")
+_URLSAFE_TO_STANDARD = str.maketrans("-_", "+/")
+_NO_TIMESTAMP = bytes(6)
+
+
 def peek_low_watermark_timestamp(metadata: str | None) -> int | None:
     """Ingestion time of the record at the low watermark, for the lag monitor.
 
     None when caught up, unknown, or the metadata is foreign.
     """
+    # Fast path (called once per commit read from __consumer_offsets): a well-formed
+    # version-1 header decodes with one match and one base64 call. Anything else --
+    # foreign text, another version, a malformed header -- takes the general path,
+    # which decides (and raises) exactly as ``peek_header`` does.
+    if metadata is not None and (m := _HEADER_TEXT.match(metadata)) is not None:
+        head = binascii.a2b_base64(m.group(1).translate(_URLSAFE_TO_STANDARD))
+        flags = head[0]
+        if not flags & ~_KNOWN_FLAGS:
+            if flags & _FLAG_LW_TIMESTAMP:
+                return int.from_bytes(head[1:7], "big", signed=True)
+            if head[1:7] == _NO_TIMESTAMP:
+                return None
     header = peek_header(metadata)
     return None if header is None else header.low_watermark_timestamp_ms
 
