@@ -7,12 +7,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 KAFKA_READY := .cache/kafka/classpath.txt
 
-.PHONY: run test setup lint unit integration clean
+.PHONY: run test setup browser lint unit integration clean
 
 run: setup
 	$(BIN)/streamplane run $(ARGS)
 
-test: setup lint
+test: setup browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 setup: $(INSTALLED) $(KAFKA_READY)
@@ -26,6 +26,11 @@ $(INSTALLED): pyproject.toml
 # Resolving is idempotent: once the classpath file and its jars exist, no network work.
 $(KAFKA_READY): infra/kafka/pom.xml $(INSTALLED)
 	$(BIN)/streamplane local install
+
+# Debian's Chromium for the dashboard's headless-browser test (PostgreSQL is installed
+# and started by the tests that need it, through infra/postgres/ensure.sh).
+browser:
+	sh infra/chromium/ensure-chromium.sh
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check src tests bench
