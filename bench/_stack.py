@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamplane.client.control_plane import ControlPlaneClient
-
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor, FleetSpec, LocalFleet
 
