@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from streamplane.client.control_plane import ControlPlaneClient
-
 from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.control_plane import ControlPlaneClient
 
 
 def main() -> None:
