@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka import KafkaException as _RawKafkaException
 
+from streamplane.client.metrics import METRICS
 from streamplane.core.commitlog import (
     DEFAULT_MAX_BYTES,
     EncodedProgress,
@@ -112,6 +113,7 @@ class CommitStore:
         except _RawKafkaException as exc:
             raise to_kafka_error(exc, "commit") from exc
         self.stats["commits"] += 1
+        METRICS.committed(self._stream, self._bootstrap, encoded_all)  # metrics
         return encoded_all
 
     def _spill(

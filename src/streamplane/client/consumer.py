@@ -42,6 +42,7 @@ from confluent_kafka import KafkaException as _RawKafkaException
 from streamplane.client.commit_store import CommitStore
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
+from streamplane.client.metrics import METRICS
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers
@@ -222,6 +223,7 @@ class StreamConsumer:
         self._opened = False
         self._closed = False
         self.stats = {"delivered": 0, "acked": 0, "nacked": 0, "rejected": 0, "dlq": 0}
+        METRICS.track_consumer(self)  # metrics
 
     # ------------------------------------------------------------------ life cycle
     def open(self) -> Self:
@@ -441,6 +443,7 @@ class StreamConsumer:
                 continue
             if batch:
                 got_any = True
+                METRICS.fetched(self.stream, cluster, batch)  # metrics
                 self._accept(cluster, batch)
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:

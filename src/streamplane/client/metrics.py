@@ -13,15 +13,18 @@ Exposing them from an application::
 
 Names (all prefixed ``streamplane_client_``; labels in braces):
 
-- ``produced_total{stream,lane}``, ``acked_total{stream,lane}`` (producer deliveries
-  acknowledged by the brokers), ``produce_errors_total{stream,lane}``
-- ``consumed_total{stream,lane,cluster,topic,partition}`` (records fetched: throughput
-  per partition), ``handled_acked_total``, ``nacked_total``, ``rejected_total``,
-  ``dlq_total`` ``{stream,lane}`` (the consumer's per-record outcomes)
-- ``commit_metadata_bytes{stream,cluster}`` (histogram of commit metadata sizes),
-  ``commits_total{stream,cluster}``
-- ``produce_latency_seconds{stream}`` (send to delivery report) and
-  ``fetch_latency_seconds{stream,cluster}`` (one fetch call), histograms
+- ``produced_total{stream,lane}`` (records handed to ``send``), ``acked_total{stream,lane}``
+  and ``produce_errors_total{stream,lane}`` (delivery reports of records sent without
+  their own ``on_delivery``), ``produce_latency_seconds{stream}`` (send to delivery
+  report, histogram)
+- ``consumed_total{stream,cluster,topic,partition}`` (records fetched: throughput per
+  partition) and ``fetch_latency_seconds{stream,cluster}`` (ingestion time to fetch of
+  the first record of each fetched batch, histogram)
+- ``handled_total{stream,group,outcome}`` with outcome ``acked``, ``nacked``,
+  ``rejected``, ``dlq``: read at scrape time from every live ``StreamConsumer``'s own
+  ``stats`` (no extra work per record)
+- ``commit_metadata_bytes{stream,bootstrap}`` (histogram of commit metadata sizes, one
+  observation per partition commit) and ``commits_total{stream,bootstrap}``
 
 Counters are process-wide and never reset (Prometheus computes rates). Increments from
 several threads may race under free-threaded Python; with the GIL a ``+= 1`` on a dict
@@ -30,6 +33,8 @@ entry can lose an update only across a thread switch inside it, which metrics to
 
 from __future__ import annotations
 
+import time
+import weakref
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -102,33 +107,60 @@ class ClientMetrics:
         self.produced: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.delivered: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.produce_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.consumed: defaultdict[tuple[str, str, str, str, int], int] = defaultdict(int)
-        self.acked: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.nacked: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.rejected: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.dlq: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.consumed: defaultdict[tuple[str, str, str, int], int] = defaultdict(int)
         self.commits: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.commit_metadata_bytes = _Histograms(SIZE_BUCKETS_BYTES)
         self.produce_latency = _Histograms(LATENCY_BUCKETS_S)
         self.fetch_latency = _Histograms(LATENCY_BUCKETS_S)
+        self.consumers: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def produce_delivered(self, stream: str, lane: str, err: object, latency_s: float) -> None:
-        """A delivery report (one per record; called from the producer's poll)."""
+    def delivery_report(
+        self, stream: str, topic: str | None, err: object, latency_s: float | None
+    ) -> None:
+        """One delivery report (the producer's poll thread); the lane comes from the
+        derived topic name ``sp.<stream>.<lane>.e<epoch>``."""
+        parts = (topic or "").rsplit(".", 2)
+        key = (stream, parts[-2] if len(parts) == 3 else "")
         if err is None:
-            self.delivered[(stream, lane)] += 1
+            self.delivered[key] += 1
         else:
-            self.produce_errors[(stream, lane)] += 1
-        if latency_s >= 0:
+            self.produce_errors[key] += 1
+        if latency_s is not None and latency_s >= 0:
             self.produce_latency[(stream,)].observe(latency_s)
 
-    def committed(self, stream: str, cluster: str, metadata_sizes: Iterable[int]) -> None:
-        """A commit round to one cluster, with the metadata size of each partition."""
-        h = self.commit_metadata_bytes[(stream, cluster)]
+    def fetched(self, stream: str, cluster: str, batch: Sequence[Any]) -> None:
+        """A fetched batch of confluent-kafka messages: count per partition, and the
+        ingestion-to-fetch latency of its first record."""
+        consumed = self.consumed
+        for m in batch:
+            consumed[(stream, cluster, m.topic(), m.partition())] += 1
+        if batch:
+            ts = batch[0].timestamp()[1]
+            if ts > 0:
+                self.fetch_latency[(stream, cluster)].observe(max(0.0, time.time() - ts / 1000.0))
+
+    def track_consumer(self, consumer: Any) -> None:
+        """Export ``consumer.stats`` (acked, nacked, rejected, dlq) while it lives."""
+        self.consumers.add(consumer)
+
+    def committed(self, stream: str, bootstrap: str, encoded: Iterable[Any]) -> None:
+        """A commit round to one cluster: each partition's encoded metadata (``.size``)."""
+        h = self.commit_metadata_bytes[(stream, bootstrap)]
         n = 0
-        for size in metadata_sizes:
-            h.observe(size)
+        for e in encoded:
+            h.observe(e.size)
             n += 1
-        self.commits[(stream, cluster)] += n
+        self.commits[(stream, bootstrap)] += n
+
+    def handled(self) -> dict[tuple[str, str, str], int]:
+        """(stream, group, outcome) -> count, summed over the live consumers."""
+        out: dict[tuple[str, str, str], int] = {}
+        for c in list(self.consumers):
+            stats = getattr(c, "stats", {})
+            for outcome in ("acked", "nacked", "rejected", "dlq"):
+                key = (str(getattr(c, "stream", "")), str(getattr(c, "group", "")), outcome)
+                out[key] = out.get(key, 0) + int(stats.get(outcome, 0))
+        return out
 
     def reset(self) -> None:
         """Forget everything (tests)."""
@@ -171,18 +203,21 @@ class ClientMetricsCollector(Collector):
         yield _counter(
             "consumed",
             "Records fetched, per partition.",
-            ("stream", "lane", "cluster", "topic", "partition"),
+            ("stream", "cluster", "topic", "partition"),
             m.consumed,
         )
-        yield _counter("handled_acked", "Consumed records acked.", sl, m.acked)
-        yield _counter("nacked", "Consumed records nacked (retried).", sl, m.nacked)
-        yield _counter("rejected", "Consumed records rejected.", sl, m.rejected)
-        yield _counter("dlq", "Records written to the dlq lane.", sl, m.dlq)
-        yield _counter("commits", "Partition commits.", ("stream", "cluster"), m.commits)
+        yield _counter(
+            "handled",
+            "Consumed records by outcome (acked, nacked, rejected, dlq).",
+            ("stream", "group", "outcome"),
+            m.handled(),
+        )
+        sb = ("stream", "bootstrap")
+        yield _counter("commits", "Partition commits.", sb, m.commits)
         yield _histogram(
             "commit_metadata_bytes",
             "Size of the commit metadata per partition commit.",
-            ("stream", "cluster"),
+            sb,
             m.commit_metadata_bytes,
         )
         yield _histogram(
@@ -193,7 +228,7 @@ class ClientMetricsCollector(Collector):
         )
         yield _histogram(
             "fetch_latency_seconds",
-            "Duration of one fetch call that returned records.",
+            "From ingestion (LogAppendTime) to fetch, first record of each batch.",
             ("stream", "cluster"),
             m.fetch_latency,
         )

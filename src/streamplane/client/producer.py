@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import Message, Producer
 
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
@@ -215,6 +216,7 @@ class StreamProducer:
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
+        METRICS.produced[(self.stream, lane or self._default_lane or "")] += 1  # metrics
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
             self._sent_since_poll = 0
@@ -247,6 +249,7 @@ class StreamProducer:
         )
 
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
+        METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
         if err is not None:
             self._failures.append((err, msg))
 

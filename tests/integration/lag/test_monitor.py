@@ -18,9 +18,11 @@ from collections.abc import Callable
 
 import httpx
 from click.testing import CliRunner
+from prometheus_client import generate_latest
 
 from streamplane.cli.lag import lag
 from streamplane.client.consumer import StreamConsumer
+from streamplane.client.metrics import REGISTRY
 from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
@@ -100,6 +102,17 @@ def test_time_lag_is_within_a_second_of_the_truth(
     )
     assert truth > 2.0  # it really fell behind
     assert worst < 1.0
+    # The client side counted it all (plain ints, exported at scrape time).
+    text = generate_latest(REGISTRY).decode()
+    for needle in (
+        f'streamplane_client_produced_total{{lane="realtime",stream="{stream}"}}',
+        f'streamplane_client_acked_total{{lane="realtime",stream="{stream}"}}',
+        f'streamplane_client_consumed_total{{cluster="local-a",partition="0",stream="{stream}"',
+        "streamplane_client_commits_total{bootstrap=",
+        "streamplane_client_fetch_latency_seconds_bucket",
+        "streamplane_client_produce_latency_seconds_bucket",
+    ):
+        assert needle in text, needle
 
 
 def _metric(text: str, name: str, **labels: str) -> float | None:

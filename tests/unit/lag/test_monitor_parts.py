@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from prometheus_client import generate_latest
 
 from streamplane.client.metrics import ClientMetrics, ClientMetricsCollector, Histogram
@@ -50,9 +52,9 @@ def test_histogram_buckets_are_cumulative() -> None:
 def test_client_metrics_export_plain_counts() -> None:
     m = ClientMetrics()
     m.produced[("orders", "realtime")] += 3
-    m.produce_delivered("orders", "realtime", None, 0.002)
-    m.produce_delivered("orders", "realtime", "boom", 0.004)
-    m.committed("orders", "local-a", [40, 300])
+    m.delivery_report("orders", "sp.orders.realtime.e1", None, 0.002)
+    m.delivery_report("orders", "sp.orders.realtime.e1", "boom", 0.004)
+    m.committed("orders", "local-a", [SimpleNamespace(size=40), SimpleNamespace(size=300)])
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -61,5 +63,5 @@ def test_client_metrics_export_plain_counts() -> None:
     assert 'streamplane_client_produced_total{lane="realtime",stream="orders"} 3.0' in text
     assert 'streamplane_client_acked_total{lane="realtime",stream="orders"} 1.0' in text
     assert 'streamplane_client_produce_errors_total{lane="realtime",stream="orders"} 1.0' in text
-    assert 'streamplane_client_commits_total{cluster="local-a",stream="orders"} 2.0' in text
+    assert 'streamplane_client_commits_total{bootstrap="local-a",stream="orders"} 2.0' in text
     assert "streamplane_client_produce_latency_seconds_count" in text
