@@ -13,6 +13,7 @@ from streamplane.cli.dlq import dlq
 from streamplane.cli.lag import lag
 from streamplane.cli.local import local
 from streamplane.cli.ops import ops
+from streamplane.cli.pipeline import generate, pipeline
 from streamplane.cli.run import run
 from streamplane.cli.streams import streams
 from streamplane.exceptions import StreamplaneError
@@ -31,6 +32,8 @@ cli.add_command(clusters)
 cli.add_command(streams)
 cli.add_command(dlq)
 cli.add_command(lag)
+cli.add_command(pipeline)
+cli.add_command(generate)
 cli.add_command(ops)
 
 

@@ -45,8 +45,12 @@ def test_malformed_offsets(bad: dict[str, object]) -> None:
 
 
 def test_unlimited_reads_everything() -> None:
-    infos = [info(RT[0], "realtime", 10), info(RT[1], "realtime", 5), info(BULK[0], "bulk", 7),
-             info(BULK[1], "bulk", 0)]  # fmt: skip
+    infos = [
+        info(RT[0], "realtime", 10),
+        info(RT[1], "realtime", 5),
+        info(BULK[0], "bulk", 7),
+        info(BULK[1], "bulk", 0),
+    ]
     end = plan_end(start_all(), infos, Limit(), epoch=3)
     assert end.epoch == 3
     assert end.partitions == {RT[0]: 10, RT[1]: 5, BULK[0]: 7, BULK[1]: 0}
@@ -58,8 +62,12 @@ def test_nothing_new_returns_start() -> None:
 
 
 def test_realtime_served_before_bulk() -> None:
-    infos = [info(RT[0], "realtime", 60), info(RT[1], "realtime", 30), info(BULK[0], "bulk", 1000),
-             info(BULK[1], "bulk", 1000)]  # fmt: skip
+    infos = [
+        info(RT[0], "realtime", 60),
+        info(RT[1], "realtime", 30),
+        info(BULK[0], "bulk", 1000),
+        info(BULK[1], "bulk", 1000),
+    ]
     end = plan_end(start_all(), infos, Limit(max_rows=100), epoch=1)
     assert end.partitions[RT[0]] == 60 and end.partitions[RT[1]] == 30
     assert end.partitions[BULK[0]] + end.partitions[BULK[1]] == 10

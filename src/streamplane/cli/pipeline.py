@@ -1,0 +1,148 @@
+"""`streamplane pipeline telemetry` (the Spark job) and `streamplane generate` (its input)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from streamplane.cli.connection import connect, connection_options
+from streamplane.cli.output import progress, table
+from streamplane.client.producer import StreamProducer
+from streamplane.exceptions import ConfigError
+from streamplane.pipeline.generator import generate as generate_records
+from streamplane.pipeline.generator import produce
+
+
+@click.group("pipeline")
+def pipeline() -> None:
+    """The PySpark data pipeline."""
+
+
+@pipeline.command("telemetry")
+@click.option("--stream", required=True, help="Stream of JSON telemetry events.")
+@click.option("--group", default="telemetry-job", show_default=True, help="Consumer group.")
+@click.option(
+    "--warehouse",
+    type=click.Path(path_type=Path),
+    default=Path(".streamplane/warehouse"),
+    show_default=True,
+    help="Directory of the Delta tables.",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Checkpoint directory (default: <warehouse>/_checkpoints/<stream>).",
+)
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option("--trigger-seconds", type=float, default=2.0, show_default=True)
+@click.option("--max-records-per-trigger", type=int, default=None)
+@click.option("--available-now", is_flag=True, help="Process what is there, then stop.")
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@connection_options
+def telemetry(
+    stream: str,
+    group: str,
+    warehouse: Path,
+    checkpoint: Path | None,
+    master: str,
+    trigger_seconds: float,
+    max_records_per_trigger: int | None,
+    available_now: bool,
+    duration: float | None,
+    url: str,
+    token: str | None,
+) -> None:
+    """Parse, validate (bad -> dlq lane), enrich and store telemetry events in Delta tables."""
+    from streamplane.cli.connection import read_token_file
+    from streamplane.pipeline.spark import build_session
+    from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, store_summary
+
+    if trigger_seconds <= 0:
+        raise click.BadParameter("must be positive", param_hint="--trigger-seconds")
+    config = TelemetryConfig(
+        stream=stream,
+        group=group,
+        warehouse=warehouse.resolve(),
+        checkpoint=(checkpoint or warehouse / "_checkpoints" / stream).resolve(),
+        control_plane=url,
+        token=token or read_token_file(),
+        max_records_per_trigger=max_records_per_trigger,
+        trigger_seconds=trigger_seconds,
+    )
+    spark = build_session(f"streamplane-telemetry-{stream}", master=master)
+    job = TelemetryJob(spark, config)
+    try:
+        query = job.start(available_now=available_now)
+        progress(f"telemetry job running on {master}; tables in {config.warehouse}")
+        if duration is not None:
+            query.awaitTermination(duration)
+            query.stop()
+        else:
+            query.awaitTermination()
+        summary = store_summary(spark, config.warehouse)
+        click.echo(table(list(summary), [list(summary.values())]))
+    finally:
+        job.close()
+        spark.stop()
+
+
+@click.command("generate")
+@click.option("--stream", required=True, help="Stream to write to.")
+@click.option("--rate", type=float, default=1000.0, show_default=True, help="Events per second.")
+@click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option("--poison-ratio", type=float, default=0.005, show_default=True)
+@click.option("--duplicate-ratio", type=float, default=0.0, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--summary",
+    "summary_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the ground-truth summary JSON here (default: stdout only).",
+)
+@connection_options
+def generate(
+    stream: str,
+    rate: float,
+    duration: float,
+    poison_ratio: float,
+    duplicate_ratio: float,
+    seed: int,
+    summary_path: Path | None,
+    url: str,
+    token: str | None,
+) -> None:
+    """Produce realistic telemetry events (logs, metrics, spans) with poison pills."""
+    if rate <= 0:
+        raise click.BadParameter("must be positive", param_hint="--rate")
+    if duration <= 0:
+        raise click.BadParameter("must be positive", param_hint="--duration")
+    for name, ratio in (("--poison-ratio", poison_ratio), ("--duplicate-ratio", duplicate_ratio)):
+        if not 0 <= ratio <= 1:
+            raise click.BadParameter("must be between 0 and 1", param_hint=name)
+    count = max(1, int(rate * duration))
+    with connect(url, token) as client, StreamProducer(stream, client) as producer:
+        lanes = producer.routing.lanes
+        progress(f"producing {count} events to {stream} at {rate:g}/s")
+        started = time.monotonic()
+        truth = produce(
+            producer,
+            generate_records(count, seed=seed, poison_ratio=poison_ratio, rate=rate, lanes=lanes),
+            rate=rate,
+            duplicate_ratio=duplicate_ratio,
+            seed=seed,
+        )
+        elapsed = time.monotonic() - started
+    summary = {"stream": stream, "seed": seed, "seconds": round(elapsed, 3), **truth.summary()}
+    if summary_path is not None:
+        try:
+            summary_path.parent.mkdir(parents=True, exist_ok=True)
+            summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the summary to {summary_path}: {exc}") from exc
+    shown = {k: v for k, v in summary.items() if k != "poison_keys"}
+    click.echo(json.dumps(shown, indent=2))

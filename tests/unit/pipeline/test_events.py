@@ -1,0 +1,134 @@
+"""Telemetry event validation, Arrow parsing, the generator and the reference rollups."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from streamplane.pipeline.events import (
+    Invalid,
+    parse_batch,
+    percentile,
+    reference_rollups,
+    validate,
+)
+from streamplane.pipeline.generator import POISON_KINDS, generate
+
+BASE = {"event_id": "e1", "ts": 1_795_000_000_000, "service": "checkout", "host": "h-1"}
+
+
+def doc(**fields: Any) -> bytes:
+    return json.dumps({**BASE, **fields}).encode()
+
+
+def test_valid_kinds() -> None:
+    log = validate(doc(kind="log", level="warn", message="slow"))
+    assert (log.kind, log.level, log.minute_ms) == ("log", "warn", 1_794_999_960_000)
+    metric = validate(doc(kind="metric", name="cpu.util", value=12))
+    assert metric.metric_value == 12.0 and metric.metric_unit is None
+    span = validate(
+        doc(kind="span", trace_id="t", span_id="s", name="op", duration_ms=3.5, status="ok")
+    )
+    assert span.duration_ms == 3.5 and span.parent_id is None
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (None, "empty record"),
+        (b"{not json", "malformed JSON"),
+        (b"\xff\xfe", "malformed JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (doc(kind="trace"), "unknown kind"),
+        (json.dumps({"kind": "log"}).encode(), "missing field 'event_id'"),
+        (doc(kind="log", level="info", ts="yesterday"), "epoch milliseconds"),
+        (doc(kind="log", level="info", ts=True), "epoch milliseconds"),
+        (doc(kind="log", level="info", ts=5), "out of range"),
+        (doc(kind="log", level="loud"), "unknown log level"),
+        (doc(kind="log", level="info", service=""), "non-empty string"),
+        (doc(kind="metric", name="x", value="1"), "must be a number"),
+        (doc(kind="metric", name="x"), "missing field 'value'"),
+        (
+            doc(kind="span", trace_id="t", span_id="s", name="n", duration_ms=-1, status="ok"),
+            "negative",
+        ),
+        (
+            doc(kind="span", trace_id="t", span_id="s", name="n", duration_ms=1, status="meh"),
+            "unknown span status",
+        ),
+    ],
+)
+def test_invalid_events_say_why(value: bytes | None, reason: str) -> None:
+    with pytest.raises(Invalid, match=reason):
+        validate(value)
+
+
+def test_parse_batch_keeps_source_columns_and_reasons() -> None:
+    values = [doc(kind="log", level="info"), b"garbage"]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "cluster": ["a", "a"],
+            "topic": ["t", "t"],
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": pa.array([5, 6], pa.int64()),
+            "lane": ["bulk", "bulk"],
+            "key": [b"e1", b"e2"],
+            "value": values,
+            "timestamp": pa.array([1000, 2000], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    out = parse_batch(batch).to_pydict()
+    assert out["event_id"] == ["e1", None]
+    assert out["reason"][0] is None and out["reason"][1].startswith("malformed JSON")
+    assert out["offset"] == [5, 6]
+    assert out["ts"][0].timestamp() == BASE["ts"] / 1000
+
+
+def test_generator_is_deterministic_and_realistic() -> None:
+    a = list(generate(5000, seed=7, poison_ratio=0.01, rate=1000, start_ms=1_795_000_000_000))
+    b = list(generate(5000, seed=7, poison_ratio=0.01, rate=1000, start_ms=1_795_000_000_000))
+    assert a == b
+    assert len({r.key for r in a}) == 5000
+    poison = [r for r in a if r.event is None]
+    assert 20 <= len(poison) <= 90
+    assert {r.poison for r in poison} <= set(POISON_KINDS)
+    for r in poison:  # every poison pill is rejected by the validator
+        with pytest.raises(Invalid):
+            validate(r.value)
+    kinds = Counter(r.event.kind for r in a if r.event is not None)
+    assert kinds["log"] > kinds["metric"] > kinds["span"] > 0
+    lanes = {r.event.kind: r.lane for r in a if r.event is not None and r.event.kind == "span"}
+    assert lanes == {"span": "realtime"}
+
+
+def test_reference_rollups() -> None:
+    events = [
+        validate(doc(event_id=f"m{i}", kind="metric", name="cpu", value=float(i)))
+        for i in range(1, 5)
+    ]
+    events += [
+        validate(
+            doc(
+                event_id=f"s{i}",
+                kind="span",
+                trace_id="t",
+                span_id="s",
+                name="n",
+                duration_ms=float(d),
+                status="error" if i == 0 else "ok",
+            )
+        )
+        for i, d in enumerate([10, 20, 30, 40, 50])
+    ]
+    events.append(events[0])  # a duplicate counts once
+    ref = reference_rollups(events)
+    minute = 1_794_999_960_000
+    assert ref.metrics == {(minute, "checkout", "cpu"): (4, 10.0, 1.0, 4.0)}
+    count, errors, p50, p95, p99 = ref.spans[(minute, "checkout")]
+    assert (count, errors, p50) == (5, 1, 30.0)
+    assert p95 == pytest.approx(48.0) and p99 == pytest.approx(49.6)
+    assert percentile([1.0], 0.99) == 1.0
