@@ -40,7 +40,7 @@ lint: $(INSTALLED)
 unit: setup
 	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
-integration: setup
+integration: setup browser
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 clean:

@@ -55,9 +55,11 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[["StreamMessage"], object]
 
-# Records handed out between two rounds of housekeeping (routing, retries, dlq
-# callbacks, commits, flow control) while the buffers are not empty.
+# Housekeeping (routing, retries, dlq callbacks, commits, flow control) runs at least
+# every so many records or every so many seconds, whichever comes first, even while
+# the buffers are not empty (slow handlers still commit on time).
 _HOUSEKEEPING_EVERY = 1000
+_HOUSEKEEPING_INTERVAL_S = 0.05
 
 
 class StreamMessage:
@@ -213,6 +215,7 @@ class StreamConsumer:
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
         self._dlq_pending = 0
         self._until_housekeeping = 0
+        self._housekeeping_due = 0.0
         self._buffers: list[deque[StreamMessage]] = []
         self._lane_order: dict[str, int] = {}
         self._retries: list[tuple[float, int, StreamMessage]] = []
@@ -367,7 +370,7 @@ class StreamConsumer:
         if not self._opened:
             self.open()
         # Fast path: hand out a buffered record; housekeeping every so many records.
-        if self._until_housekeeping > 0:
+        if self._until_housekeeping > 0 and time.monotonic() < self._housekeeping_due:
             msg = self._next_buffered()
             if msg is not None:
                 self._until_housekeeping -= 1
@@ -376,6 +379,7 @@ class StreamConsumer:
         while True:
             self._housekeeping()
             self._until_housekeeping = _HOUSEKEEPING_EVERY
+            self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S
             msg = self._next_buffered()
             if msg is not None:
                 return msg

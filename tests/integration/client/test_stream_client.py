@@ -172,3 +172,32 @@ def test_bad_input(control_plane: Any, stream_factory: Any) -> None:
     unreachable = ControlPlaneClient("http://127.0.0.1:9", token="x", timeout=1.0)
     with pytest.raises(ControlPlaneUnavailable):
         StreamProducer(stream, unreachable).open()
+
+
+def test_slow_handler_still_commits_on_time(
+    control_plane: Any, stream_factory: Any, fleet: Any
+) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    from streamplane.kafka.admin import KafkaAdmin
+
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=1, lanes=("realtime",))
+    with StreamProducer(stream, client) as producer:
+        for i in range(2000):
+            producer.send(str(i).encode())
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    handled = 0
+    with StreamConsumer(stream, group, client, commit_interval_s=0.5) as consumer:
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None:
+                time.sleep(0.005)  # a slow handler: far fewer than 1,000 records in 3 s
+                handled += 1
+                msg.ack()
+        admin = KafkaAdmin(fleet.bootstrap("local-a")).raw()
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+        committed = [tp.offset for tp in fut.result(10).topic_partitions if tp.offset >= 0]
+        assert handled < 1000
+        assert committed and committed[0] >= handled // 2  # commits kept up while handling
