@@ -91,7 +91,11 @@ def db_url(tmp_path: Path) -> str:
 @pytest.fixture
 def settings(db_url: str) -> ControlPlaneSettings:
     return ControlPlaneSettings(
-        db_url=db_url, api_token=TOKEN, watch_timeout_default=2.0, watch_poll_interval=0.05
+        db_url=db_url,
+        api_token=TOKEN,
+        watch_timeout_default=2.0,
+        watch_poll_interval=0.05,
+        lag_monitor=False,
     )
 
 

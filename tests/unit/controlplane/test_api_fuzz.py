@@ -27,7 +27,9 @@ _service = make_service(_db, StubKafka())
 for _name, _bootstrap in BOOTSTRAPS.items():
     _service.register_cluster(_name, _bootstrap, {"env": "local"})
 # A short maximum watch timeout: the schema says so, so no generated watch waits long.
-_settings = ControlPlaneSettings(db_url=_db, api_token=TOKEN, watch_timeout_max=0.2)
+_settings = ControlPlaneSettings(
+    db_url=_db, api_token=TOKEN, watch_timeout_max=0.2, lag_monitor=False
+)
 APP = create_app(_settings, _service)
 
 # A schema-valid request may still break a rule the schema cannot state (the dlq lane is

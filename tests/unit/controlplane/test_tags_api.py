@@ -31,7 +31,7 @@ def client(tmp_path: Path, stub: StubOpsAdmin) -> Iterator[TestClient]:
     db = f"sqlite:///{tmp_path / 'cp.db'}"
     service = make_service(db, StubKafka())
     service.register_cluster("local-a", BOOTSTRAPS["local-a"], {})
-    app = create_app(ControlPlaneSettings(db_url=db, api_token=TOKEN), service)
+    app = create_app(ControlPlaneSettings(db_url=db, api_token=TOKEN, lag_monitor=False), service)
     app.state.ops_admin_factory = lambda bootstrap: stub
     with TestClient(app) as c:
         yield c

@@ -156,7 +156,11 @@ def test_watch_parameters_are_validated(app: FastAPI) -> None:
 
 def test_default_timeout_comes_from_settings(db_url: str, kafka: StubKafka) -> None:
     settings = ControlPlaneSettings(
-        db_url=db_url, api_token="x" * 16, watch_timeout_default=0.1, watch_timeout_max=5
+        db_url=db_url,
+        api_token="x" * 16,
+        watch_timeout_default=0.1,
+        watch_timeout_max=5,
+        lag_monitor=False,
     )
     service = make_service(db_url, kafka)
     service.register_cluster("local-a", "127.0.0.1:19092")
