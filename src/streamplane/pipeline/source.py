@@ -141,9 +141,8 @@ class StreamplaneDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        # Called on the driver at load(): the place to refuse bad input.
-        if "group" in {str(k).lower() for k in self.options}:
-            preflight_read(self.options)
+        # Called on the driver at load() (reads only): the place to refuse bad input.
+        preflight_read(self.options)
         return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -305,6 +304,10 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Spark plans a micro-batch only once the previous one is done, so ``start`` is
+        # processed: commit it now too (commit() alone lags one batch, and the last
+        # batch of an availableNow run would never be committed).
+        self.commit(start)
         begin = SourceOffset.from_json(start)
         table = self._routing()
         # Partitions first seen after the query started (a failover's new segment)

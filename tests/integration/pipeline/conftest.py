@@ -1,0 +1,20 @@
+"""A session-scoped SparkSession (local[2], two shuffle partitions) with Delta Lake and the
+``streamplane`` format registered; the fleet and control plane come from the parent conftest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamplane.pipeline.spark import build_session
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    warehouse: Path = tmp_path_factory.mktemp("spark-warehouse")
+    session = build_session("streamplane-tests", master="local[2]", warehouse=warehouse)
+    yield session
+    session.stop()
