@@ -37,7 +37,12 @@ def pipeline() -> None:
     default=None,
     help="Checkpoint directory (default: <warehouse>/_checkpoints/<stream>).",
 )
-@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master URL ('' leaves it to spark-submit).",
+)
 @click.option("--trigger-seconds", type=float, default=2.0, show_default=True)
 @click.option("--max-records-per-trigger", type=int, default=None)
 @click.option("--available-now", is_flag=True, help="Process what is there, then stop.")
@@ -73,11 +78,16 @@ def telemetry(
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
     )
-    spark = build_session(f"streamplane-telemetry-{stream}", master=master)
+    spark = build_session(
+        f"streamplane-telemetry-{stream}",
+        master=master or None,
+        small=bool(master.startswith("local")),
+    )
     job = TelemetryJob(spark, config)
     try:
         query = job.start(available_now=available_now)
-        progress(f"telemetry job running on {master}; tables in {config.warehouse}")
+        where = master or "the spark-submit master"
+        progress(f"telemetry job running on {where}; tables in {config.warehouse}")
         if duration is not None:
             query.awaitTermination(duration)
             query.stop()

@@ -1,9 +1,13 @@
 """`streamplane run`: the main job on the embedded local defaults.
 
-Until the Spark pipeline lands, the job shows the platform end to end on real parts:
-the local fleet, a round trip per cluster, the control plane, a stream with lanes,
-a producer and a consumer group with per-record acks, poison pills dead-lettered, and
-a live failover from local-a to local-b in the middle of the run.
+The job shows the platform end to end on real parts: the local fleet, a round trip per
+cluster, the control plane, then (``--job pipeline``, the default) the stream
+``telemetry`` fed by the telemetry generator (0.5% poison pills, 0.2% sent twice) and
+read by the Spark telemetry job into the Delta event store, with a live failover from
+local-a to local-b half-way; the summary counts events produced, stored, duplicates
+dropped, dead-lettered, the group's maximum time lag (from the control plane's lag
+monitor) and how long the producer took to switch. ``--job client`` runs the earlier
+demo instead: a consumer group with per-record acks on the stream ``demo-events``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import click
+import httpx
 
 from streamplane.cli.local import data_dir_option, status_table
 from streamplane.cli.output import progress, table
@@ -27,14 +32,23 @@ from streamplane.local.smoke import round_trip
 
 STREAM = "demo-events"
 POISON_EVERY = 100
+TELEMETRY_STREAM = "telemetry"
+TELEMETRY_GROUP = "telemetry-job"
 
 
 @click.command("run")
 @click.option("--keep", is_flag=True, help="Leave the fleet and the control plane running.")
 @click.option("--records", type=int, default=20_000, show_default=True, help="Records to send.")
 @click.option("--rate", type=int, default=5_000, show_default=True, help="Records per second.")
+@click.option(
+    "--job",
+    type=click.Choice(["pipeline", "client"]),
+    default="pipeline",
+    show_default=True,
+    help="The Spark telemetry pipeline, or the client-library demo.",
+)
 @data_dir_option
-def run(keep: bool, records: int, rate: int, data_dir: Path) -> None:
+def run(keep: bool, records: int, rate: int, job: str, data_dir: Path) -> None:
     """Fleet up, round trips, a stream with a live failover mid-run, a summary."""
     if records < 100:
         raise click.BadParameter("must be at least 100", param_hint="--records")
@@ -56,8 +70,11 @@ def run(keep: bool, records: int, rate: int, data_dir: Path) -> None:
         client = cp.client()
         for cluster in desc.clusters.values():
             client.register_cluster(cluster.name, cluster.bootstrap, {"env": "local"})
-        client.create_stream(STREAM, "local-a", partitions=6)
-        _stream_demo(cp, records, rate)
+        if job == "pipeline":
+            _pipeline_demo(cp, data_dir, records, rate)
+        else:
+            client.create_stream(STREAM, "local-a", partitions=6)
+            _stream_demo(cp, records, rate)
         click.echo(status_table(fleet.status()))
     finally:
         if keep:
@@ -160,3 +177,128 @@ def _stream_demo(cp: ControlPlaneProcess, records: int, rate: int) -> None:
             f"demo incomplete: {missing} records missing, {consumer.stats['dlq']} of {poison} "
             "poison pills dead-lettered"
         )
+
+
+def _pipeline_demo(cp: ControlPlaneProcess, data_dir: Path, records: int, rate: int) -> None:
+    """Generator -> stream (failover half-way) -> Spark telemetry job -> Delta tables."""
+    from streamplane.pipeline.generator import generate, produce
+    from streamplane.pipeline.spark import build_session
+    from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, store_summary
+
+    client = cp.client()
+    client.create_stream(TELEMETRY_STREAM, "local-a", partitions=3)
+    warehouse = data_dir / "warehouse"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    config = TelemetryConfig(
+        stream=TELEMETRY_STREAM,
+        group=TELEMETRY_GROUP,
+        warehouse=warehouse,
+        checkpoint=warehouse / "_checkpoints" / TELEMETRY_STREAM,
+        control_plane=cp.url,
+        token=cp.token,
+        trigger_seconds=2.0,
+    )
+    progress("starting Spark (local[2]) and the telemetry job")
+    spark = build_session("streamplane-run", master="local[2]")
+    job = TelemetryJob(spark, config)
+    query = job.start()
+    lag = _LagSampler(cp.url, TELEMETRY_STREAM, TELEMETRY_GROUP)
+    lag.start()
+    try:
+        generated = list(generate(records, seed=7, poison_ratio=0.005, rate=rate))
+        half = records // 2
+        progress(
+            f"producing {records} telemetry events at {rate}/s (0.5% poison, 0.2% duplicates), "
+            "failover to local-b half-way"
+        )
+        started = time.monotonic()
+        with StreamProducer(TELEMETRY_STREAM, client) as producer:
+            first = produce(producer, iter(generated[:half]), rate=rate, duplicate_ratio=0.002)
+            failover_at = time.monotonic()
+            epoch = client.failover(TELEMETRY_STREAM, "local-b", reason="run: live failover").epoch
+            second = produce(
+                producer, iter(generated[half:]), rate=rate, duplicate_ratio=0.002, seed=8
+            )
+            switched = producer.epoch_switch_times.get(epoch)
+        produced_s = time.monotonic() - started
+        progress("waiting for the telemetry job to store everything")
+        query.processAllAvailable()
+        summary = store_summary(spark, warehouse)
+    finally:
+        lag.stop()
+        query.stop()
+        job.close()
+        spark.stop()
+    produced = first.produced + second.produced
+    valid = first.valid + second.valid
+    poison = len(first.poison_keys) + len(second.poison_keys)
+    missing = valid - summary["stored"]
+    click.echo(
+        table(
+            [
+                "stream",
+                "produced",
+                "valid",
+                "stored",
+                "duplicates dropped",
+                "dead-lettered",
+                "missing",
+                "max time lag",
+                "failover",
+                "stored p50/p99",
+            ],
+            [
+                [
+                    TELEMETRY_STREAM,
+                    produced,
+                    valid,
+                    summary["stored"],
+                    summary["duplicates_dropped"],
+                    summary["dead_letters"],
+                    missing,
+                    "-" if lag.max_s is None else f"{lag.max_s:.1f} s",
+                    "-" if switched is None else f"{(switched - failover_at) * 1000:.0f} ms",
+                    f"{summary['store_latency_p50_ms'] / 1000:.1f} s / "
+                    f"{summary['store_latency_p99_ms'] / 1000:.1f} s",
+                ]
+            ],
+        )
+    )
+    click.echo(
+        f"produced in {produced_s:.1f}s; {summary['batches']} micro-batches; "
+        f"Delta tables in {warehouse}; routing epoch now {client.routing(TELEMETRY_STREAM).epoch}"
+    )
+    if missing or summary["dead_letters"] != poison or summary["distinct_ids"] != valid:
+        raise StreamplaneError(
+            f"pipeline incomplete: {missing} events missing, {summary['dead_letters']} of "
+            f"{poison} poison pills dead-lettered"
+        )
+
+
+class _LagSampler(threading.Thread):
+    """Samples the group's time lag from the control plane's lag monitor every second."""
+
+    def __init__(self, url: str, stream: str, group: str) -> None:
+        super().__init__(daemon=True)
+        self._url = url
+        self._stream = stream
+        self._group = group
+        self._stop_event = threading.Event()
+        self.max_s: float | None = None
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self._url, timeout=5.0) as http:
+            while not self._stop_event.wait(1.0):
+                try:
+                    resp = http.get("/v1/groups", params={"stream": self._stream})
+                    groups = resp.json() if resp.status_code == 200 else []
+                except (httpx.HTTPError, ValueError):
+                    continue
+                for g in groups:
+                    value = g.get("max_time_lag_s") if isinstance(g, dict) else None
+                    if g.get("group") == self._group and value is not None:
+                        self.max_s = max(self.max_s or 0.0, float(value))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(5)

@@ -496,3 +496,16 @@ def wait_for(predicate: Any, timeout_s: float, poll_s: float = 1.0) -> bool:
             return True
         time.sleep(poll_s)
     return bool(predicate())
+
+
+def main() -> None:
+    """``spark-submit .../telemetry.py --stream S ...``: the master comes from spark-submit."""
+    import sys
+
+    from streamplane.cli.pipeline import telemetry
+
+    telemetry.main(args=["--master", "", *sys.argv[1:]], prog_name="telemetry")
+
+
+if __name__ == "__main__":
+    main()
