@@ -19,8 +19,10 @@
   (``membership.GroupMembership``): leases renewed by heartbeats, released units
   committed first, commits fenced once a lease ran out, fail-static while the control
   plane is away. ``assigner=False`` reads every partition (a group of one).
-- A partition whose in-flight window (fetch position minus low watermark) exceeds
-  ``max_in_flight`` is paused until its low watermark moves: memory stays bounded.
+- A partition holding ``max_in_flight`` unsettled records is paused until some settle:
+  memory stays bounded, and so does the commit state (its holes are unsettled
+  records). A record stuck at the low watermark does not pause the partition by
+  itself: newer records keep flowing and are settled above it.
 """
 
 from __future__ import annotations
@@ -447,7 +449,7 @@ class StreamConsumer:
                 continue
             if batch:
                 got_any = True
-                METRICS.fetched(self.stream, cluster, batch)  # metrics
+                METRICS.fetch_latency_of(self.stream, cluster, batch[0])  # metrics
                 self._accept(cluster, batch)
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:
@@ -490,7 +492,7 @@ class StreamConsumer:
         with self._lock:
             for state in self._states.values():
                 full = len(self._buffers[state.priority]) >= self.max_buffered_per_lane
-                window = state.in_flight_window() >= self.max_in_flight
+                window = state.unsettled() >= self.max_in_flight
                 want_paused = full or window
                 if want_paused != state.paused:
                     state.paused = want_paused
@@ -693,7 +695,8 @@ class StreamConsumer:
         self._last_load = (now, delivered)
         units = []
         for state in list(self._states.values()):
-            fetched, state.fetched = state.fetched, 0
+            fetched = state.fetched - state.fetched_at_report
+            state.fetched_at_report = state.fetched
             units.append({**unit_json(state.key), "throughput": fetched / elapsed})
         cpu = self._cpu_meter()
         return cpu, (delivered - delivered_before) / elapsed, units

@@ -107,7 +107,6 @@ class ClientMetrics:
         self.produced: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.delivered: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.produce_errors: defaultdict[tuple[str, str], int] = defaultdict(int)
-        self.consumed: defaultdict[tuple[str, str, str, int], int] = defaultdict(int)
         self.commits: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.commit_metadata_bytes = _Histograms(SIZE_BUCKETS_BYTES)
         self.produce_latency = _Histograms(LATENCY_BUCKETS_S)
@@ -128,16 +127,22 @@ class ClientMetrics:
         if latency_s is not None and latency_s >= 0:
             self.produce_latency[(stream,)].observe(latency_s)
 
-    def fetched(self, stream: str, cluster: str, batch: Sequence[Any]) -> None:
-        """A fetched batch of confluent-kafka messages: count per partition, and the
-        ingestion-to-fetch latency of its first record."""
-        consumed = self.consumed
-        for m in batch:
-            consumed[(stream, cluster, m.topic(), m.partition())] += 1
-        if batch:
-            ts = batch[0].timestamp()[1]
-            if ts > 0:
-                self.fetch_latency[(stream, cluster)].observe(max(0.0, time.time() - ts / 1000.0))
+    def fetch_latency_of(self, stream: str, cluster: str, first: Any) -> None:
+        """The ingestion-to-fetch latency of a fetched batch's first record. (Records per
+        partition are counted by the consumers' partition states, read at scrape time.)"""
+        ts = first.timestamp()[1]
+        if ts > 0:
+            self.fetch_latency[(stream, cluster)].observe(max(0.0, time.time() - ts / 1000.0))
+
+    def consumed_counts(self) -> dict[tuple[str, str, str, int], int]:
+        """(stream, cluster, topic, partition) -> records fetched, over live consumers."""
+        out: dict[tuple[str, str, str, int], int] = {}
+        for c in list(self.consumers):
+            for state in list(getattr(c, "_states", {}).values()):
+                k = state.key
+                key = (str(getattr(c, "stream", "")), k.cluster, k.topic, k.partition)
+                out[key] = out.get(key, 0) + state.fetched
+        return out
 
     def track_consumer(self, consumer: Any) -> None:
         """Export ``consumer.stats`` (acked, nacked, rejected, dlq) while it lives."""
@@ -204,7 +209,7 @@ class ClientMetricsCollector(Collector):
             "consumed",
             "Records fetched, per partition.",
             ("stream", "cluster", "topic", "partition"),
-            m.consumed,
+            m.consumed_counts(),
         )
         yield _counter(
             "handled",

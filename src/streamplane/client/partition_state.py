@@ -30,6 +30,7 @@ class PartitionState:
         "base",
         "dirty",
         "fetched",
+        "fetched_at_report",
         "key",
         "lane",
         "next_fetch",
@@ -53,7 +54,8 @@ class PartitionState:
         self.timestamps: dict[int, int] = {}  # unsettled fetched offset -> ingestion ms
         self.next_fetch: int | None = None
         self.dirty = False
-        self.fetched = 0  # records fetched, for the load reported to the Assigner
+        self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
+        self.fetched_at_report = 0
         self.paused = False
         self.restored_skips = 0
         # Highest offset a commit had settled above its low watermark (-1: none). Only
@@ -110,18 +112,9 @@ class PartitionState:
         self.dirty = True
         return n
 
-    def low_watermark(self) -> int | None:
-        """The lowest unsettled offset now (``base`` only moves at commits)."""
-        if self.base is None:
-            return None
-        return self.settled.first_missing(self.base)
-
-    def in_flight_window(self) -> int:
-        """Offsets between the current low watermark and the fetch position."""
-        lw = self.low_watermark()
-        if lw is None or self.next_fetch is None:
-            return 0
-        return self.next_fetch - lw
+    def unsettled(self) -> int:
+        """Records fetched and not settled yet (handed out, buffered or awaiting retry)."""
+        return len(self.timestamps)
 
     def progress(self, now_ms: int) -> PartitionProgress:
         """The state to commit now; advances ``base`` to the new low watermark."""

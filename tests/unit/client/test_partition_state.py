@@ -66,4 +66,4 @@ def test_duplicate_ack_is_ignored_and_rejected_marked() -> None:
     s.settle(0)
     p = s.progress(now_ms=1)
     assert p.low_watermark == 2
-    assert s.in_flight_window() == 1
+    assert s.unsettled() == 1
