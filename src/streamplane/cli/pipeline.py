@@ -21,6 +21,18 @@ def pipeline() -> None:
     """The PySpark data pipeline."""
 
 
+@pipeline.command("install")
+def install() -> None:
+    """Resolve the Spark connectors (Delta Lake, Spark's Kafka source) with Maven."""
+    from streamplane.local.distribution import spark_connectors
+
+    connectors = spark_connectors()
+    if not connectors.is_resolved():
+        progress(f"resolving the Spark connectors from {connectors.pom}")
+    path = connectors.resolve()
+    click.echo(f"{len(connectors.jars())} jars on {path}")
+
+
 @pipeline.command("telemetry")
 @click.option("--stream", required=True, help="Stream of JSON telemetry events.")
 @click.option("--group", default="telemetry-job", show_default=True, help="Consumer group.")
