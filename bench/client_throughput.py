@@ -119,6 +119,10 @@ STARTUP: list[float] = []
 
 
 def median_pair(runs: int, a: object, b: object) -> tuple[float, float, list[float], list[float]]:
+    """Alternate a and b; one warm-up pair first (JIT-free Python, but cold caches, page
+    cache and broker warm-up skew the first run of each side)."""
+    a()  # type: ignore[operator]
+    b()  # type: ignore[operator]
     xs: list[float] = []
     ys: list[float] = []
     for _ in range(runs):
