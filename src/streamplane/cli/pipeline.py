@@ -22,15 +22,22 @@ def pipeline() -> None:
 
 
 @pipeline.command("install")
-def install() -> None:
+@click.option(
+    "--print-jars", is_flag=True, help="Print the jars for spark-submit --jars (comma-separated)."
+)
+def install(print_jars: bool) -> None:
     """Resolve the Spark connectors (Delta Lake, Spark's Kafka source) with Maven."""
     from streamplane.local.distribution import spark_connectors
+    from streamplane.pipeline.spark import connector_jars
 
     connectors = spark_connectors()
     if not connectors.is_resolved():
         progress(f"resolving the Spark connectors from {connectors.pom}")
     path = connectors.resolve()
-    click.echo(f"{len(connectors.jars())} jars on {path}")
+    if print_jars:
+        click.echo(",".join(str(j) for j in connector_jars(connectors)))
+    else:
+        click.echo(f"{len(connectors.jars())} jars on {path}")
 
 
 @pipeline.command("telemetry")
