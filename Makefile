@@ -1,11 +1,12 @@
 # The two commands: `make run` and `make test`. Both set everything up from nothing:
-# the virtualenv (.venv), the Python dependencies, and the Apache Kafka broker jars
-# (resolved by Maven from infra/kafka/pom.xml).
+# the virtualenv (.venv), the Python dependencies, the Apache Kafka broker jars and
+# Spark's connectors (resolved by Maven from infra/kafka/pom.xml and infra/spark/pom.xml).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 KAFKA_READY := .cache/kafka/classpath.txt
+SPARK_READY := .cache/spark/classpath.txt
 
 .PHONY: run test setup browser lint unit integration clean
 
@@ -15,7 +16,7 @@ run: setup
 test: setup browser lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-setup: $(INSTALLED) $(KAFKA_READY)
+setup: $(INSTALLED) $(KAFKA_READY) $(SPARK_READY)
 
 $(INSTALLED): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,10 @@ $(KAFKA_READY): infra/kafka/pom.xml $(INSTALLED)
 # and started by the tests that need it, through infra/postgres/ensure.sh).
 browser:
 	sh infra/chromium/ensure-chromium.sh
+
+# Spark's JVM connectors (Delta Lake, Spark's own Kafka source for the benchmark).
+$(SPARK_READY): infra/spark/pom.xml $(INSTALLED)
+	$(BIN)/streamplane pipeline install
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check src tests bench

@@ -39,7 +39,9 @@ def one_run(stack: Stack, records: int, rate: int, poison_every: int) -> tuple[f
             delays.append(d)
 
     stop = threading.Event()
-    consumer = StreamConsumer(stream, "lat", stack.client, max_attempts=3, retry_backoff=0.05)
+    consumer = StreamConsumer(
+        stream, f"lat-{stream}", stack.client, max_attempts=3, retry_backoff=0.05
+    )
     t = threading.Thread(
         target=consumer.run, args=(handler,), kwargs={"concurrency": 4, "stop": stop}
     )
