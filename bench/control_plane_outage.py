@@ -52,9 +52,9 @@ def main() -> None:
                 start, end = sent, time.monotonic() + seconds
                 t0 = time.monotonic()
                 while time.monotonic() < end:
-                    target = t0 + (sent - start) / args.rate
-                    if target > time.monotonic():
-                        time.sleep(target - time.monotonic())
+                    ahead = t0 + (sent - start) / args.rate - time.monotonic()
+                    if ahead > 0:
+                        time.sleep(ahead)
                     producer.send(str(sent).encode(), key=str(sent).encode())
                     sent += 1
                 producer.flush()
