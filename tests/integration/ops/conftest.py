@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from streamplane.exceptions import KafkaError
 from streamplane.kafka.clients import make_producer
 from streamplane.local.fleet import ClusterInfo, LocalFleet, wait_healthy
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
@@ -48,7 +49,10 @@ def placed_topic(rack_cluster: ClusterInfo) -> Iterator[Callable[..., str]]:
         created.append(name)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            states = admin.partitions({name}) if name in _topics(admin) else {}
+            try:
+                states = admin.partitions({name}) if name in _topics(admin) else {}
+            except KafkaError:
+                states = {}  # listed by one broker, not yet known to the one asked
             if len(states) == len(assignment) and all(s.leader >= 0 for s in states.values()):
                 return name
             time.sleep(0.2)
