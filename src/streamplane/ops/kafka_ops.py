@@ -175,12 +175,14 @@ class KafkaOpsAdmin:
         *,
         request_timeout_s: float = 30.0,
         attempts: int = 5,
+        retry_s: float = 20.0,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         from kafka.admin import KafkaAdminClient
 
         self.bootstrap = bootstrap
         self._attempts = max(1, attempts)
+        self._retry_s = retry_s
         self._timeout_ms = int(request_timeout_s * 1000)
         conf: dict[str, Any] = {
             "bootstrap_servers": bootstrap.split(","),
@@ -206,17 +208,24 @@ class KafkaOpsAdmin:
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import kafka.errors as kerr
 
-        # A broker that just died stays in the client's metadata for a moment: retry
-        # retriable errors (connection refused included) a few times before giving up.
-        for attempt in range(self._attempts):
+        # A broker that just died stays in the cluster's metadata until it is fenced
+        # (broker.session.timeout.ms, 9 s by default), and a KRaft cluster may name it as
+        # the "controller" that admin requests go to: retry retriable errors (connection
+        # refused included) for a while, forgetting the cached controller each time so
+        # that it is looked up again.
+        deadline = time.monotonic() + self._retry_s
+        attempt = 0
+        while True:
             try:
                 return fn(*args, **kwargs)
             except (kerr.KafkaError, OSError, ValueError) as exc:
                 retriable = isinstance(exc, OSError) or bool(getattr(exc, "retriable", False))
-                if not retriable or attempt + 1 == self._attempts:
+                attempt += 1
+                if not retriable or (attempt >= self._attempts and time.monotonic() > deadline):
                     raise error_from(exc, f"{what} on {self.bootstrap}") from exc
-                time.sleep(min(0.2 * 2**attempt, 2.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+                if hasattr(self._admin, "_controller_id"):
+                    self._admin._controller_id = None
+                time.sleep(min(0.2 * 2 ** min(attempt, 4), 2.0))
 
     # ------------------------------------------------------------------ metadata
     def brokers(self) -> dict[int, BrokerNode]:
