@@ -91,6 +91,7 @@ class MonitorSettings:
     snapshot_interval_s: float = 5.0
     refresh_interval_s: float = 2.0
     lookup_timeout_s: float = 0.5
+    lookup_spacing_s: float = 0.1  # commits without a timestamp: look up at most this often
     poll_timeout_s: float = 0.1
     thresholds: LagThresholds = DEFAULT_THRESHOLDS
     interpolation_points: int = 0  # > 0: also keep the kafka-lag-exporter estimate
@@ -194,6 +195,9 @@ class ClusterWorker:
         self._dlq_ends: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._ready = threading.Event()
+        # Set by the reader when a commit carries no timestamp for its committed record:
+        # the poller looks it up now instead of at its next interval.
+        self._lookup_due = threading.Event()
         self.status = ReaderStatus(name, bootstrap)
         self._reader: OffsetsReader | None = None
         self._threads = [
@@ -211,6 +215,7 @@ class ClusterWorker:
     def signal_stop(self) -> None:
         self._stop.set()
         self._ready.set()
+        self._lookup_due.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop and wait for the threads (the reader saves its snapshot on the way out).
@@ -292,6 +297,8 @@ class ClusterWorker:
                     stream, lane = route if route is not None else (None, None)
                     model.track(*key, stream=stream, lane=lane, cluster=self.name)
                 model.observe_commit(*key, state.offset, state.commit_ms, state.low_watermark_ts_ms)
+                if state.low_watermark_ts_ms is None:
+                    self._lookup_due.set()
 
     def relabel(self) -> None:
         """Apply changed routes (a stream created after its group committed, a failover)."""
@@ -312,15 +319,26 @@ class ClusterWorker:
             ends = LogEnds(self.bootstrap)
             lookup = TimestampLookup(self.bootstrap)
             interval = self.settings.end_offset_interval_s
+            spacing = self.settings.lookup_spacing_s
+            next_poll = time.monotonic()
             while not self._stop.is_set():
                 started = time.monotonic()
+                full = started >= next_poll
+                self._lookup_due.clear()
                 try:
-                    self._poll_once(ends, lookup)
+                    if full:
+                        self._poll_once(ends, lookup)
+                        next_poll = started + interval
+                    else:
+                        self._lookup_timestamps(lookup)
                 except (KafkaError, StreamplaneError) as exc:
                     log.debug("%s: end-offset poll failed: %s", self.name, exc)
                 except Exception:
                     log.exception("%s: end-offset poll failed", self.name)
-                self._stop.wait(max(0.05, interval - (time.monotonic() - started)))
+                # Sleep until the next end-offset poll, or until a commit needs a
+                # timestamp lookup (no more often than every ``lookup_spacing_s``).
+                self._lookup_due.wait(max(0.0, next_poll - time.monotonic()))
+                self._stop.wait(max(0.0, min(next_poll, started + spacing) - time.monotonic()))
         finally:
             if lookup is not None:
                 lookup.close()
@@ -337,6 +355,10 @@ class ClusterWorker:
             self._dlq_ends = {tp: observed[tp] for tp in dlq if tp in observed}
             for (topic, partition), end in observed.items():
                 self.model.observe_end_offset(topic, partition, end, now)
+        self._lookup_timestamps(lookup)
+
+    def _lookup_timestamps(self, lookup: TimestampLookup) -> None:
+        with self.lock:
             lookups = self.model.timestamp_lookups()
         if not lookups:
             return

@@ -78,17 +78,25 @@ def test_time_lag_is_within_a_second_of_the_truth(
     for t in threads:
         t.start()
     errors: list[float] = []
+    unknown = 0
     try:
         wait_for("first commit", lambda: _lag(control_plane, group=group)["partitions"], 30)
         time.sleep(2.0)
         for _ in range(12):
-            before = time.time()
-            doc = _lag(control_plane, group=group)
-            after = time.time()
-            (part,) = doc["partitions"]  # type: ignore[misc]
-            reported = part["time_lag_s"]
-            truth = (before + after) / 2 - current_ts[0] / 1000.0
-            assert reported is not None
+            for _attempt in range(2):
+                before = time.time()
+                doc = _lag(control_plane, group=group)
+                after = time.time()
+                (part,) = doc["partitions"]  # type: ignore[misc]
+                reported = part["time_lag_s"]
+                truth = (before + after) / 2 - current_ts[0] / 1000.0
+                if reported is not None:
+                    break
+                # A commit made when every fetched record was settled carries no
+                # timestamp for its committed record: the monitor looks it up at once.
+                unknown += 1
+                time.sleep(0.3)
+            assert reported is not None, "time lag still unknown 0.3 s after a commit"
             errors.append(reported - truth)
             time.sleep(0.5)
     finally:
@@ -98,7 +106,8 @@ def test_time_lag_is_within_a_second_of_the_truth(
     worst = max(abs(e) for e in errors)
     print(
         f"\ntime lag error over {len(errors)} samples: mean {statistics.mean(errors):+.3f}s, "
-        f"worst {worst:.3f}s (final truth {truth:.1f}s)"
+        f"worst {worst:.3f}s (final truth {truth:.1f}s); {unknown} queried right after a "
+        "commit with no timestamp"
     )
     assert truth > 2.0  # it really fell behind
     assert worst < 1.0
