@@ -50,7 +50,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
-from streamplane.exceptions import ConfigError, KafkaError
+from streamplane.exceptions import ConfigError, KafkaError, ProduceError
 from streamplane.kafka.clients import consumer_config
 
 log = logging.getLogger(__name__)
@@ -70,40 +70,49 @@ class StreamMessage:
     __slots__ = (
         "_consumer",
         "_done",
+        "_raw",
         "_state",
         "attempts",
         "first_seen_ms",
-        "headers",
-        "key",
         "last_error",
         "offset",
-        "timestamp_ms",
-        "value",
     )
 
     def __init__(
         self,
         consumer: StreamConsumer,
         state: PartitionState,
+        raw: Message,
         offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
-        timestamp_ms: int,
         attempts: int,
         first_seen_ms: int,
     ) -> None:
         self._consumer = consumer
         self._state = state
+        self._raw = raw  # key, value, headers and timestamp are read from it when asked
         self._done = False
         self.offset = offset
-        self.key = key
-        self.value = value
-        self.headers = headers
-        self.timestamp_ms = timestamp_ms
         self.attempts = attempts  # attempts before this delivery
         self.first_seen_ms = first_seen_ms  # when this consumer first fetched it
         self.last_error: str | None = None
+
+    @property
+    def key(self) -> bytes | None:
+        return self._raw.key()
+
+    @property
+    def value(self) -> bytes | None:
+        return self._raw.value()
+
+    @property
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._raw.headers()  # type: ignore[return-value]
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The record's ingestion time (its Kafka timestamp, ms since the epoch)."""
+        ts: int = self._raw.timestamp()[1]
+        return ts
 
     @property
     def stream(self) -> str:
@@ -126,14 +135,11 @@ class StreamMessage:
         return self._state.key.partition
 
     def ack(self) -> None:
-        """Done: the record is settled."""
-        consumer = self._consumer  # the hot path: no further call frames
-        with consumer._lock:
-            if self._done:
-                return
-            self._done = True
-            self._state.settle(self.offset)
-            consumer.stats["acked"] += 1
+        """Done: the record is settled (thread-safe, and takes no lock: the hot path)."""
+        if self._done:
+            return
+        self._done = True
+        self._state.acks.append(self.offset)  # applied at the next housekeeping or commit
 
     def nack(self, error: BaseException | str | None = None) -> None:
         """Retry later with backoff, without blocking newer records."""
@@ -148,6 +154,54 @@ class StreamMessage:
             f"StreamMessage({self.stream}/{self.lane} {self.cluster}:{self.topic}"
             f"[{self.partition}]@{self.offset})"
         )
+
+
+class _Run:
+    """Fetched records of one partition, in offset order, not handed out yet."""
+
+    __slots__ = ("first_seen_ms", "messages", "pos", "state")
+
+    def __init__(self, state: PartitionState, messages: list[Message], first_seen_ms: int) -> None:
+        self.state = state
+        self.messages = messages
+        self.pos = 0  # the next record to hand out
+        self.first_seen_ms = first_seen_ms
+
+
+class _LaneBuffer:
+    """One lane's records waiting to be handed out, oldest first: runs of fetched
+    records (a ``StreamMessage`` is made only when a record is handed out, so a buffered
+    record costs no more than the client's own message object) and retries that are
+    due again."""
+
+    __slots__ = ("entries", "size")
+
+    def __init__(self) -> None:
+        self.entries: deque[_Run | StreamMessage] = deque()
+        self.size = 0  # records buffered
+
+    def add_run(self, run: _Run) -> None:
+        self.entries.append(run)
+        self.size += len(run.messages)
+
+    def add(self, msg: StreamMessage) -> None:
+        self.entries.append(msg)
+        self.size += 1
+
+    def drop(self, keys: set[PartitionKey]) -> None:
+        """Forget the records of partitions this member gave up."""
+        kept: deque[_Run | StreamMessage] = deque()
+        size = 0
+        for e in self.entries:
+            if isinstance(e, _Run):
+                if e.state.key not in keys:
+                    kept.append(e)
+                    size += len(e.messages) - e.pos
+            elif e._state.key not in keys:
+                kept.append(e)
+                size += 1
+        self.entries = kept
+        self.size = size
 
 
 class StreamConsumer:
@@ -218,7 +272,7 @@ class StreamConsumer:
         self._dlq_pending = 0
         self._until_housekeeping = 0
         self._housekeeping_due = 0.0
-        self._buffers: list[deque[StreamMessage]] = []
+        self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
         self._retries: list[tuple[float, int, StreamMessage]] = []
         self._seq = itertools.count()
@@ -245,7 +299,7 @@ class StreamConsumer:
                 )
         self._lanes = lanes
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
-        self._buffers = [deque() for _ in lanes]
+        self._buffers = [_LaneBuffer() for _ in lanes]
         self._dlq = StreamProducer(self.stream, self._client, lane=DLQ_LANE).open()
         if self._use_assigner:
             self._membership = GroupMembership(
@@ -280,7 +334,7 @@ class StreamConsumer:
         self._closed = True
         self._watcher.stop()
         try:
-            self._poll_dlq(5.0)
+            self._flush_dlq(5.0)
             self.commit()
             if self._membership is not None:
                 self._membership.stop(leave=True)  # our units move on at once
@@ -338,9 +392,8 @@ class StreamConsumer:
             # Records of units we gave up are not handed out any more (the next owner
             # reads them from the committed state).
             gone_set = set(gone)
-            for i, buf in enumerate(self._buffers):
-                if any(m._state.key in gone_set for m in buf):
-                    self._buffers[i] = deque(m for m in buf if m._state.key not in gone_set)
+            for buf in self._buffers:
+                buf.drop(gone_set)
             if self._membership is not None:
                 self._membership.released(gone)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
@@ -369,44 +422,74 @@ class StreamConsumer:
 
     def poll(self, timeout: float = 1.0) -> StreamMessage | None:
         """The next record by lane priority, or None after ``timeout`` seconds."""
-        if not self._opened:
-            self.open()
-        # Fast path: hand out a buffered record; housekeeping every so many records.
-        if self._until_housekeeping > 0 and time.monotonic() < self._housekeeping_due:
-            msg = self._next_buffered()
-            if msg is not None:
-                self._until_housekeeping -= 1
-                return msg
-        deadline = time.monotonic() + timeout
-        while True:
-            self._housekeeping()
-            self._until_housekeeping = _HOUSEKEEPING_EVERY
-            self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S
-            msg = self._next_buffered()
-            if msg is not None:
-                return msg
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            self._fetch(min(remaining, 0.1))
+        got = self.poll_batch(1, timeout)
+        return got[0] if got else None
 
     def poll_batch(self, max_records: int = 500, timeout: float = 1.0) -> list[StreamMessage]:
         """Up to ``max_records`` records by lane priority; waits ``timeout`` for the first.
 
         The same records ``poll`` would hand out one by one, with less overhead.
         """
-        first = self.poll(timeout)
-        if first is None:
-            return []
-        out = [first]
-        room = min(max_records - 1, self._until_housekeeping)
+        if not self._opened:
+            self.open()
+        # Fast path: hand out buffered records; housekeeping every so many records.
+        if self._until_housekeeping > 0 and time.monotonic() < self._housekeeping_due:
+            out = self._take(min(max_records, self._until_housekeeping))
+            if out:
+                self._until_housekeeping -= len(out)
+                return out
+        deadline = time.monotonic() + timeout
+        while True:
+            self._housekeeping()
+            self._until_housekeeping = _HOUSEKEEPING_EVERY
+            self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S
+            out = self._take(min(max_records, _HOUSEKEEPING_EVERY))
+            if out:
+                self._until_housekeeping -= len(out)
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return out
+            self._fetch(min(remaining, 0.1))
+
+    def _take(self, room: int) -> list[StreamMessage]:
+        """Up to ``room`` buffered records, higher lanes first, as StreamMessages."""
+        out: list[StreamMessage] = []
         for buf in self._buffers:
-            while buf and room > 0:
-                out.append(buf.popleft())
-                room -= 1
-        taken = len(out) - 1
-        self._until_housekeeping -= taken
-        self.stats["delivered"] += taken
+            entries = buf.entries
+            while entries and room > 0:
+                entry = entries[0]
+                if isinstance(entry, StreamMessage):  # a retry
+                    entries.popleft()
+                    out.append(entry)
+                    buf.size -= 1
+                    room -= 1
+                    continue
+                state = entry.state
+                messages = entry.messages
+                pos = entry.pos
+                end = min(len(messages), pos + room)
+                attempts = state.attempts
+                first_seen_ms = entry.first_seen_ms
+                for m in messages[pos:end] if pos or end < len(messages) else messages:
+                    offset: int = m.offset()  # type: ignore[assignment]
+                    out.append(
+                        StreamMessage(
+                            self,
+                            state,
+                            m,
+                            offset,
+                            attempts.get(offset, 0) if attempts else 0,
+                            first_seen_ms,
+                        )
+                    )
+                if end == len(messages):
+                    entries.popleft()
+                else:
+                    entry.pos = end
+                buf.size -= end - pos
+                room -= end - pos
+        self.stats["delivered"] += len(out)
         return out
 
     def _housekeeping(self) -> None:
@@ -425,14 +508,6 @@ class StreamConsumer:
         if time.monotonic() - self._last_commit >= self.commit_interval_s:
             self.commit()
         self._flow_control()
-
-    def _next_buffered(self) -> StreamMessage | None:
-        for buf in self._buffers:
-            if buf:
-                msg = buf.popleft()
-                self.stats["delivered"] += 1
-                return msg
-        return None
 
     def _fetch(self, timeout: float) -> None:
         consumers = list(self._consumers.items())
@@ -453,45 +528,51 @@ class StreamConsumer:
                 self._accept(cluster, batch)
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:
+        """Buffer a fetched batch: it comes in runs of one partition, recorded in the
+        partition's state a run at a time."""
         states = self._states_by_cluster.get(cluster, {})
-        buffers = self._buffers
         now_ms = int(time.time() * 1000)
-        with self._lock:
-            for m in batch:
+        runs: list[tuple[PartitionState, list[Message]]] = []
+        run: list[Message] = []
+        topic: str | None = None
+        partition = -1
+        for m in batch:
+            if m.error() is not None:
                 err = m.error()
-                if err is not None:
-                    if err.code() != -191:  # _PARTITION_EOF
-                        log.warning("fetch error on %s: %s", cluster, err)
+                if err is not None and err.code() != -191:  # _PARTITION_EOF
+                    log.warning("fetch error on %s: %s", cluster, err)
+                continue
+            if m.partition() != partition or m.topic() != topic:
+                topic, partition = m.topic(), m.partition()  # type: ignore[assignment]
+                state = states.get((topic, partition))  # type: ignore[arg-type]
+                if state is None:
+                    run = []  # not ours (any more): dropped
                     continue
-                state = states.get((m.topic(), m.partition()))  # type: ignore[arg-type]
-                offset = m.offset()
-                if state is None or offset is None:
-                    continue
-                ts = m.timestamp()[1]
-                if not state.on_fetch(offset, ts):
-                    continue
-                attempts = state.attempts
-                buffers[state.priority].append(
-                    StreamMessage(
-                        self,
-                        state,
-                        offset,
-                        m.key(),
-                        m.value(),
-                        m.headers(),  # type: ignore[arg-type]
-                        ts,
-                        attempts.get(offset, 0) if attempts else 0,
-                        now_ms,
-                    )
+                run = [m]
+                runs.append((state, run))
+            else:
+                run.append(m)
+        if not runs:
+            return
+        with self._lock:
+            for state, messages in runs:
+                kept = state.on_fetch_run(
+                    [m.offset() for m in messages],  # type: ignore[misc]
+                    [m.timestamp()[1] for m in messages],
                 )
+                if kept is not None:
+                    messages = [messages[i] for i in kept]
+                if messages:
+                    self._buffers[state.priority].add_run(_Run(state, messages, now_ms))
 
     def _flow_control(self) -> None:
         """Pause lanes whose buffer is full and partitions whose in-flight window is."""
         to_pause: dict[str, list[TopicPartition]] = {}
         to_resume: dict[str, list[TopicPartition]] = {}
         with self._lock:
+            self._apply_acks()
             for state in self._states.values():
-                full = len(self._buffers[state.priority]) >= self.max_buffered_per_lane
+                full = self._buffers[state.priority].size >= self.max_buffered_per_lane
                 window = state.unsettled() >= self.max_in_flight
                 want_paused = full or window
                 if want_paused != state.paused:
@@ -505,6 +586,15 @@ class StreamConsumer:
             self._consumers[cluster].resume(tps)
 
     # ------------------------------------------------------------------ settling
+    def _apply_acks(self) -> None:
+        """Fold every partition's queued acks into its settled set (hold the lock)."""
+        acked = 0
+        for state in self._states.values():
+            state.apply_acks()
+            acked += state.acked - state.acked_at_report
+            state.acked_at_report = state.acked
+        self.stats["acked"] += acked
+
     def _nack(self, msg: StreamMessage, error: str | None) -> None:
         with self._lock:
             if msg._done:
@@ -567,20 +657,27 @@ class StreamConsumer:
                 again = StreamMessage(
                     self,
                     old._state,
+                    old._raw,
                     old.offset,
-                    old.key,
-                    old.value,
-                    old.headers,
-                    old.timestamp_ms,
                     old._state.attempts.get(old.offset, 0),
                     old.first_seen_ms,
                 )
                 again.last_error = old.last_error
-                self._buffers[old._state.priority].append(again)
+                self._buffers[old._state.priority].add(again)
 
     def _poll_dlq(self, timeout: float) -> None:
         if self._dlq is not None:
             self._dlq.poll(timeout)
+
+    def _flush_dlq(self, timeout: float) -> None:
+        """Wait for dlq writes in flight (their records settle when acked). A write that
+        does not finish in time leaves its record unsettled: redelivered, never lost."""
+        if self._dlq is None or not self._dlq_pending:
+            return
+        try:
+            self._dlq.flush(timeout)
+        except ProduceError as exc:
+            log.warning("dlq writes unfinished at close (%s): their records stay unsettled", exc)
 
     # ------------------------------------------------------------------ commits
     def commit(self) -> None:
@@ -599,6 +696,7 @@ class StreamConsumer:
         now_ms = int(time.time() * 1000)
         by_cluster: dict[str, list[tuple[PartitionState, Any]]] = {}
         with self._lock:
+            self._apply_acks()
             for state in self._states.values():
                 if state.dirty and state.base is not None:
                     by_cluster.setdefault(state.key.cluster, []).append(

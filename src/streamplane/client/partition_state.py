@@ -2,15 +2,26 @@
 
 One ``PartitionState`` per (cluster, topic, partition) a consumer reads. It knows
 which offsets are settled (acked, or rejected and dead-lettered), how often each
-unsettled record was attempted, the ingestion time of every unsettled record, and the
+unsettled record was attempted, the ingestion time of the fetched records, and the
 *low watermark* — the committed offset. It turns into a ``PartitionProgress`` for the
 commit-log codec and back.
 
-Not thread-safe by itself: the consumer holds its lock around every call.
+Acks are the hot path (one per record), so they take no lock: ``ack`` appends the
+offset to a queue (``deque.append`` is atomic) and ``apply_acks`` folds the queue into
+the settled set in runs of consecutive offsets, one ``RangeSet.add_range`` per run.
+Everything that reads the settled state (``unsettled``, ``progress``) applies the
+queue first. Ingestion times are kept in two append-only lists in offset order (a
+fetch never goes back), looked up by bisection and trimmed as the low watermark
+passes; ``settle`` need not touch them.
+
+Apart from ``ack``, not thread-safe by itself: the consumer holds its lock around
+every other call.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 
 from streamplane.core.commitlog import PartitionProgress
@@ -26,11 +37,17 @@ class PartitionKey:
 
 class PartitionState:
     __slots__ = (
+        "acked",
+        "acked_at_report",
+        "acks",
         "attempts",
         "base",
         "dirty",
         "fetched",
         "fetched_at_report",
+        "fetched_offsets",
+        "fetched_timestamps",
+        "in_flight",
         "key",
         "lane",
         "next_fetch",
@@ -40,7 +57,6 @@ class PartitionState:
         "restored_high",
         "restored_skips",
         "settled",
-        "timestamps",
     )
 
     def __init__(self, key: PartitionKey, lane: str, priority: int) -> None:
@@ -50,8 +66,16 @@ class PartitionState:
         self.base: int | None = None  # every offset below is settled (last low watermark)
         self.settled = RangeSet()  # settled offsets at or above base
         self.rejected = RangeSet()
+        self.acks: deque[int] = deque()  # acked offsets not applied to ``settled`` yet
+        self.acked = 0  # acks applied so far (metrics, read by difference)
+        self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far
-        self.timestamps: dict[int, int] = {}  # unsettled fetched offset -> ingestion ms
+        # Fetched offsets (ascending) and their ingestion times, from about the low
+        # watermark on: the timestamp of the record at the low watermark goes into
+        # every commit.
+        self.fetched_offsets: list[int] = []
+        self.fetched_timestamps: list[int] = []
+        self.in_flight = 0  # fetched and not settled
         self.next_fetch: int | None = None
         self.dirty = False
         self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
@@ -88,19 +112,85 @@ class PartitionState:
         if offset < self.base or (offset <= self.restored_high and offset in self.settled):
             self.restored_skips += 1
             return False
-        self.timestamps[offset] = timestamp_ms
+        self.fetched_offsets.append(offset)
+        self.fetched_timestamps.append(timestamp_ms)
+        self.in_flight += 1
         self.fetched += 1
         return True
 
+    def on_fetch_run(self, offsets: list[int], timestamps: list[int]) -> list[int] | None:
+        """Record a run of fetched records (ascending offsets); the indices of the
+        records to hand out, or None for all of them (the common case: contiguous
+        offsets right after the previous fetch, none settled before, costs no
+        per-record Python work)."""
+        first = offsets[0]
+        last = offsets[-1]
+        if self.base is None:
+            self.base = first
+        nxt = self.next_fetch
+        if (
+            (nxt is None or nxt == first)
+            and last - first + 1 == len(offsets)
+            and first >= self.base
+            and first > self.restored_high
+        ):
+            self.next_fetch = last + 1
+            self.fetched_offsets.extend(offsets)
+            self.fetched_timestamps.extend(timestamps)
+            n = len(offsets)
+            self.in_flight += n
+            self.fetched += n
+            return None
+        on_fetch = self.on_fetch
+        return [
+            i for i, (o, t) in enumerate(zip(offsets, timestamps, strict=True)) if on_fetch(o, t)
+        ]
+
+    def ack(self, offset: int) -> None:
+        """Settle ``offset`` later, at the next ``apply_acks`` (no lock needed)."""
+        self.acks.append(offset)
+
+    def apply_acks(self) -> int:
+        """Fold the queued acks into the settled set; the number newly settled."""
+        acks = self.acks
+        n = len(acks)
+        if not n:
+            return 0
+        popleft = acks.popleft
+        offsets = sorted([popleft() for _ in range(n)])
+        base = self.base if self.base is not None else 0
+        add_range = self.settled.add_range
+        added = 0
+        start = prev = -2
+        for offset in offsets:
+            if offset == prev + 1:
+                prev = offset
+                continue
+            if offset == prev or offset < base:
+                continue
+            if start >= 0:
+                added += add_range(start, prev + 1)
+            start = prev = offset
+        if start >= 0:
+            added += add_range(start, prev + 1)
+        if added:
+            self.in_flight -= added
+            self.acked += added
+            if self.attempts:
+                for offset in offsets:
+                    self.attempts.pop(offset, None)
+            self.dirty = True
+        return added
+
     def settle(self, offset: int, rejected: bool = False) -> bool:
-        """Mark ``offset`` settled; False if it already was (a duplicate ack)."""
+        """Mark ``offset`` settled now; False if it already was (a duplicate ack)."""
         if self.base is not None and offset < self.base:
             return False
         if not self.settled.add(offset):
             return False
         if rejected:
             self.rejected.add(offset)
-        self.timestamps.pop(offset, None)
+        self.in_flight -= 1
         if self.attempts:
             self.attempts.pop(offset, None)
         self.dirty = True
@@ -114,21 +204,48 @@ class PartitionState:
 
     def unsettled(self) -> int:
         """Records fetched and not settled yet (handed out, buffered or awaiting retry)."""
-        return len(self.timestamps)
+        self.apply_acks()
+        return self.in_flight
+
+    def timestamp_of(self, offset: int) -> int | None:
+        """Ingestion time of a fetched record at or above the low watermark (else None)."""
+        offsets = self.fetched_offsets
+        i = bisect_left(offsets, offset)
+        if i < len(offsets) and offsets[i] == offset:
+            return self.fetched_timestamps[i]
+        return None
 
     def progress(self, now_ms: int) -> PartitionProgress:
         """The state to commit now; advances ``base`` to the new low watermark."""
         assert self.base is not None
+        self.apply_acks()
         progress = PartitionProgress.from_settled(
             self.base,
             self.settled,
             commit_time_ms=now_ms,
             rejected=self.rejected,
             retries=self.attempts,
-            timestamp_for=self.timestamps.get,
+            timestamp_for=self.timestamp_of,
         )
-        self.base = progress.low_watermark
-        self.settled.remove_below(self.base)
-        self.rejected.remove_below(self.base)
+        base = self.base = progress.low_watermark
+        self.settled.remove_below(base)
+        self.rejected.remove_below(base)
+        self._trim_fetched(base)
         self.dirty = False
         return progress
+
+    def _trim_fetched(self, base: int) -> None:
+        """Drop ingestion times below the low watermark; when settled records above it
+        make up most of what is left (a stuck record with acks flowing past it), keep
+        only the unsettled ones, so memory follows the in-flight window."""
+        offsets = self.fetched_offsets
+        timestamps = self.fetched_timestamps
+        i = bisect_left(offsets, base)
+        if i:
+            del offsets[:i]
+            del timestamps[:i]
+        if len(offsets) > 2 * self.in_flight + 1024:
+            settled = self.settled
+            kept = [(o, t) for o, t in zip(offsets, timestamps, strict=True) if o not in settled]
+            self.fetched_offsets = [o for o, _ in kept]
+            self.fetched_timestamps = [t for _, t in kept]

@@ -31,9 +31,11 @@ class _Source(Protocol):
     @property
     def partition(self) -> int: ...
 
+    @property
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+
     offset: int
     first_seen_ms: int
-    headers: list[tuple[str, bytes]] | None
 
 
 def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:

@@ -67,3 +67,51 @@ def test_duplicate_ack_is_ignored_and_rejected_marked() -> None:
     p = s.progress(now_ms=1)
     assert p.low_watermark == 2
     assert s.unsettled() == 1
+
+
+def test_queued_acks_apply_in_runs_out_of_order_and_once() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 10))
+    for o in (9, 3, 4, 2, 0, 3, 7):  # out of order, one duplicate
+        s.ack(o)
+    assert s.in_flight == 10  # queued, not applied yet
+    assert s.apply_acks() == 6
+    assert s.acked == 6
+    assert s.unsettled() == 4  # 1, 5, 6, 8
+    assert list(s.settled) == [0, 2, 3, 4, 7, 9]
+    s.ack(9)  # already settled: not counted twice
+    assert s.apply_acks() == 0
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 1
+    assert p.low_watermark_timestamp_ms == 1001
+
+
+def test_progress_applies_queued_acks_and_clears_retry_counts() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 3))
+    s.bump_attempts(1)
+    for o in range(3):
+        s.ack(o)
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 3
+    assert p.retries == {}
+    assert s.attempts == {}
+    assert s.unsettled() == 0
+
+
+def test_ingestion_times_follow_the_in_flight_window_past_a_stuck_record() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 50_000))
+    for o in range(1, 50_000):  # offset 0 is stuck (retrying); the rest flow past it
+        s.ack(o)
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 0
+    assert p.low_watermark_timestamp_ms == 1000
+    assert s.unsettled() == 1
+    assert len(s.fetched_offsets) <= 2 * s.unsettled() + 1024  # not every fetched record
+    fetched(s, range(50_000, 50_010))
+    s.ack(0)
+    p = s.progress(now_ms=2)
+    assert p.low_watermark == 50_000
+    assert p.low_watermark_timestamp_ms == 51_000
+    assert s.fetched_offsets == list(range(50_000, 50_010))
