@@ -66,7 +66,7 @@ def test_round_trip_with_lanes_and_acks(control_plane: Any, stream_factory: Any)
 def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_factory: Any) -> None:
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=4)
-    total, poison_every = 20_000, 100
+    total, poison_every = 100_000, 100  # the acceptance figure: 100,000 with 1% poison
     with StreamProducer(stream, client) as producer:
         for i in range(total):
             producer.send(str(i).encode(), key=str(i % 97).encode())
