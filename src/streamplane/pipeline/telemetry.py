@@ -38,6 +38,8 @@ tables (``<warehouse>/<table>``).
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,9 +50,15 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers
 from streamplane.core.routing import DLQ_LANE
-from streamplane.exceptions import ConfigError
 from streamplane.pipeline.events import PARSED_SCHEMA_DDL, PERCENTILES, parse_batches
 from streamplane.pipeline.source import FORMAT, preflight_read
+
+log = logging.getLogger(__name__)
+
+# Delta's idempotent DML: a MERGE run with these session confs records (app id, version)
+# in the table's log and is skipped when that version was recorded before.
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 TABLES = ("events", "dead_letters", "rollups", "batches")
 ROLLUPS = ("log_counts", "metric_rollups", "span_latency")
@@ -87,8 +95,8 @@ _SCHEMAS = {
         "p95 double, p99 double"
     ),
     "batches": (
-        "batch_id long, rows long, valid long, invalid long, inserted long, duplicates long, "
-        "dlq_sent long, processed_at timestamp"
+        "app_id string, batch_id long, rows long, valid long, invalid long, inserted long, "
+        "duplicates long, dlq_sent long, processed_at timestamp"
     ),
 }
 
@@ -163,18 +171,29 @@ class TelemetryJob:
     def __init__(self, spark: Any, config: TelemetryConfig) -> None:
         self.spark = spark
         self.config = config
-        self.stats = {"batches": 0, "rows": 0, "inserted": 0, "duplicates": 0, "dlq_sent": 0}
+        self.stats = {
+            "batches": 0, "rows": 0, "inserted": 0, "duplicates": 0, "dlq_sent": 0,
+            "replays_skipped": 0,
+        }  # fmt: skip
+        # Seconds spent in each step of the last micro-batch (for logs and benchmarks).
+        self.timings: dict[str, float] = {}
         self._producer: StreamProducer | None = None
         self._client: ControlPlaneClient | None = None
-        self._existing: set[str] = set()
+        self._dim: Any = None
         self._dead: set[tuple[Any, ...]] | None = None
-        self._app_id = f"streamplane-telemetry-{config.stream}"
+        self._done_through: int | None = None
+        self._app_id = app_id(config)
 
     # -------------------------------------------------------------- life cycle
-    def start(self, *, available_now: bool = False) -> Any:
-        """Check the input (one clear error), create tables, start the query."""
+    def prepare(self) -> None:
+        """Check the input (one clear error) and create the tables that are missing."""
         preflight_read(self.config.read_options())
+        ensure_tables(self.spark, self.config.warehouse)
         self._dim = dimension_frame(self.spark)
+
+    def start(self, *, available_now: bool = False) -> Any:
+        """``prepare``, then start the query."""
+        self.prepare()
         reader = self.spark.readStream.format(FORMAT)
         for key, value in self.config.read_options().items():
             reader = reader.option(key, value)
@@ -205,36 +224,134 @@ class TelemetryJob:
             self._producer.open()
         return self._producer
 
-    # -------------------------------------------------------------- table writes
-    def _has(self, name: str) -> bool:
-        if name not in self._existing and _exists(self.spark, self.config.table(name)):
-            self._existing.add(name)
-        return name in self._existing
+    def _table(self, name: str) -> Any:
+        return self.spark.read.format("delta").load(self.config.table(name))
 
-    def _upsert(self, name: str, frame: Any, keys: Sequence[str], *, update: bool) -> int:
-        """MERGE ``frame`` into the table on ``keys`` (create it on first write).
+    # -------------------------------------------------------------- the batch
+    def process_batch(self, batch: Any, batch_id: int) -> None:
+        """One micro-batch; a batch id this query has already recorded is skipped."""
+        from pyspark.sql import functions as F
 
-        Returns the number of rows inserted.
+        if self._dim is None:
+            self.prepare()
+        if self.done(batch_id):
+            # A replay after a driver restart (Spark re-runs the last planned batch when
+            # the driver died before committing it): everything is stored already.
+            log.info("batch %d of %s already stored: skipped", batch_id, self._app_id)
+            self.stats["replays_skipped"] += 1
+            return
+        timings: dict[str, float] = {}
+        clock = _Clock(timings)
+        parsed = batch.mapInArrow(parse_batches, PARSED_SCHEMA_DDL).persist()
+        try:
+            # One pass (it fills the cache) for the counts and the minutes the valid
+            # events touch.
+            is_valid = F.col("reason").isNull()
+            head = parsed.agg(
+                F.count("*").alias("rows"),
+                F.count_if(is_valid).alias("valid"),
+                F.min(F.when(is_valid, F.col("ts"))).alias("first"),
+                F.max(F.when(is_valid, F.col("ts"))).alias("last"),
+            ).first()
+            clock.lap("read")
+            rows, valid_count = int(head["rows"]), int(head["valid"])
+            if rows == 0:
+                return
+            invalid_count = rows - valid_count
+            inserted = 0
+            # The events first: their store time is the pipeline's latency.
+            if valid_count:
+                inserted = self._merge_events(self._fresh(parsed.where(is_valid)), batch_id)
+                clock.lap("merge")
+            dlq_sent = 0
+            if invalid_count:
+                dlq_sent = self._dead_letter(parsed.where(F.col("reason").isNotNull()), batch_id)
+                clock.lap("dlq")
+            if valid_count:
+                self._rollups(_minute_ms(head["first"]), _minute_ms(head["last"]), batch_id)
+                clock.lap("rollups")
+            duplicates = valid_count - inserted
+            self._record_batch(batch_id, rows, valid_count, invalid_count, inserted, duplicates,
+                               dlq_sent)  # fmt: skip
+            clock.lap("record")
+            self._done_through = batch_id
+            self.stats["batches"] += 1
+            self.stats["rows"] += rows
+            self.stats["inserted"] += inserted
+            self.stats["duplicates"] += duplicates
+            self.stats["dlq_sent"] += dlq_sent
+        finally:
+            parsed.unpersist()
+            self.timings = timings
+            log.info("batch %d: %s", batch_id,
+                     ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))  # fmt: skip
+
+    def done(self, batch_id: int) -> bool:
+        """Whether this query (checkpoint) has recorded ``batch_id`` in ``batches``.
+
+        Read from the table once per job (a restarted driver learns where it was), then
+        kept in memory.
+        """
+        from pyspark.sql import functions as F
+
+        if self._done_through is None:
+            last = (
+                self._table("batches")
+                .where(F.col("app_id") == self._app_id)
+                .agg(F.max("batch_id"))
+                .first()[0]
+            )
+            self._done_through = -1 if last is None else int(last)
+        return batch_id <= self._done_through
+
+    def _fresh(self, valid: Any) -> Any:
+        """Valid events, deduplicated within the batch and enriched, in the table's shape."""
+        from pyspark.sql import functions as F
+
+        return (
+            valid.dropDuplicates(["event_id"])
+            .join(F.broadcast(self._dim), "service", "left")
+            .select(
+                "event_id", "kind", "ts",
+                F.date_trunc("minute", "ts").alias("minute"),
+                "service", "host",
+                F.coalesce("team", F.lit("unknown")).alias("team"),
+                F.coalesce("tier", F.lit("unknown")).alias("tier"),
+                "level", "message", "metric_name", "metric_value", "metric_unit",
+                "trace_id", "span_id", "parent_id", "span_name", "duration_ms", "status",
+                "cluster", "topic", "partition", "offset", "lane", "ingest_ts",
+                F.current_timestamp().alias("stored_at"),
+            )
+        )  # fmt: skip
+
+    def _merge_events(self, fresh: Any, batch_id: int) -> int:
+        """MERGE into ``events`` on ``event_id``, insert only; returns the rows inserted.
+
+        The MERGE carries the batch id as its Delta transaction version (the session
+        confs of Delta's idempotent DML), so a replayed batch whose MERGE was committed
+        is skipped by Delta itself. The event id stays the guarantee: whatever is
+        replayed, an event id already stored is never inserted again.
         """
         from delta.tables import DeltaTable
 
-        path = self.config.table(name)
-        if not self._has(name):
-            frame = frame.persist()
-            try:
-                rows = frame.count()
-                frame.write.format("delta").mode("append").save(path)
-            finally:
-                frame.unpersist()
-            self._existing.add(name)
-            return int(rows)
-        table = DeltaTable.forPath(self.spark, path)
-        cond = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        merge = table.alias("t").merge(frame.alias("s"), cond)
-        if update:
-            merge = merge.whenMatchedUpdateAll()
-        merge.whenNotMatchedInsertAll().execute()
-        return _last_metric(table, "numTargetRowsInserted")
+        table = DeltaTable.forPath(self.spark, self.config.table("events"))
+        conf = self.spark.conf
+        conf.set(TXN_APP_ID_CONF, self._app_id)
+        conf.set(TXN_VERSION_CONF, str(batch_id))
+        try:
+            result = (
+                table.alias("t")
+                .merge(fresh.alias("s"), "t.event_id = s.event_id")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        finally:
+            conf.unset(TXN_APP_ID_CONF)
+            conf.unset(TXN_VERSION_CONF)
+        metrics = result.first() if result is not None else None
+        if metrics is None or "num_inserted_rows" not in metrics.asDict():
+            return 0  # skipped by Delta: this batch's MERGE is in the table already
+        return int(metrics["num_inserted_rows"])
 
     def _append_once(self, name: str, frame: Any, batch_id: int) -> None:
         """Append, skipped by Delta when this batch id was appended before."""
@@ -245,58 +362,6 @@ class TelemetryJob:
             .option("txnVersion", batch_id)
             .save(self.config.table(name))
         )
-
-    # -------------------------------------------------------------- the batch
-    def process_batch(self, batch: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        parsed = batch.mapInArrow(parse_batches, PARSED_SCHEMA_DDL).persist()
-        try:
-            # One pass for the counts and the minutes the valid events touch.
-            is_valid = F.col("reason").isNull()
-            head = parsed.agg(
-                F.count("*").alias("rows"),
-                F.count_if(is_valid).alias("valid"),
-                F.min(F.when(is_valid, F.col("ts"))).alias("first"),
-                F.max(F.when(is_valid, F.col("ts"))).alias("last"),
-            ).first()
-            rows, valid_count = int(head["rows"]), int(head["valid"])
-            if rows == 0:
-                return
-            invalid_count = rows - valid_count
-            dlq_sent = 0
-            if invalid_count:
-                dlq_sent = self._dead_letter(parsed.where(F.col("reason").isNotNull()), batch_id)
-            valid = parsed.where(is_valid)
-            fresh = (
-                valid.dropDuplicates(["event_id"])
-                .join(F.broadcast(self._dim), "service", "left")
-                .select(
-                    "event_id", "kind", "ts",
-                    F.date_trunc("minute", "ts").alias("minute"),
-                    "service", "host",
-                    F.coalesce("team", F.lit("unknown")).alias("team"),
-                    F.coalesce("tier", F.lit("unknown")).alias("tier"),
-                    "level", "message", "metric_name", "metric_value", "metric_unit",
-                    "trace_id", "span_id", "parent_id", "span_name", "duration_ms", "status",
-                    "cluster", "topic", "partition", "offset", "lane", "ingest_ts",
-                    F.current_timestamp().alias("stored_at"),
-                )
-            )  # fmt: skip
-            inserted = 0
-            if valid_count:
-                inserted = self._upsert("events", fresh, ["event_id"], update=False)
-                self._rollups(_minute_ms(head["first"]), _minute_ms(head["last"]))
-            duplicates = valid_count - inserted
-            self._record_batch(batch_id, rows, valid_count, invalid_count, inserted, duplicates,
-                               dlq_sent)  # fmt: skip
-            self.stats["batches"] += 1
-            self.stats["rows"] += rows
-            self.stats["inserted"] += inserted
-            self.stats["duplicates"] += duplicates
-            self.stats["dlq_sent"] += dlq_sent
-        finally:
-            parsed.unpersist()
 
     def _dead_letter(self, invalid: Any, batch_id: int) -> int:
         """Send invalid records not dead-lettered before; returns how many were sent.
@@ -310,10 +375,8 @@ class TelemetryJob:
         cfg = self.config
         keys = ("cluster", "topic", "partition", "offset")
         if self._dead is None:
-            self._dead = set()
-            if self._has("dead_letters"):
-                done = self.spark.read.format("delta").load(cfg.table("dead_letters"))
-                self._dead = {tuple(r) for r in done.select(*keys).collect()}
+            done = self._table("dead_letters").select(*keys).collect()
+            self._dead = {tuple(r) for r in done}
         cols = (*keys, "lane", "key", "value", "reason", "ingest_ts")
         rows = [
             r
@@ -342,93 +405,97 @@ class TelemetryJob:
         self._dead.update(tuple(r[k] for k in keys) for r in rows)
         return len(rows)
 
-    def _rollups(self, first_minute_ms: int, last_minute_ms: int) -> None:
+    def _rollups(self, first_minute_ms: int, last_minute_ms: int, batch_id: int) -> None:
         """Recompute the rollups of the minutes [first, last] from the stored events and
-        replace those minutes in the rollup tables (Delta ``replaceWhere``)."""
+        replace those minutes in ``rollups`` (Delta ``replaceWhere``, one commit).
+
+        One scan and one aggregation for the three rollups: events are grouped by
+        (kind, minute, service, dim), where dim is the level of a log, the name of a
+        metric and nothing for a span; each aggregate only sees its kind's non-null
+        column (metric values, span durations).
+        """
         from pyspark.sql import functions as F
 
-        cfg = self.config
         window = (
             f"minute >= timestamp_millis({first_minute_ms}) "
             f"AND minute <= timestamp_millis({last_minute_ms})"
         )
-        events = self.spark.read.format("delta").load(cfg.table("events")).where(window)
-        null_d = F.lit(None).cast("double")
-        null_l = F.lit(None).cast("long")
-        logs = (
-            events.where(F.col("kind") == "log")
-            .groupBy("minute", "service", F.col("level").alias("dim"))
-            .agg(F.count("*").alias("count"))
-            .select(
-                F.lit("log_counts").alias("rollup"), "minute", "service", "dim", "count",
-                *(null_d.alias(c) for c in ("sum", "min", "max", "avg")),
-                null_l.alias("errors"), *(null_d.alias(c) for c in ("p50", "p95", "p99")),
-            )
-        )  # fmt: skip
-        metrics = (
-            events.where(F.col("kind") == "metric")
-            .groupBy("minute", "service", F.col("metric_name").alias("dim"))
+        kind = F.col("kind")
+        is_span = kind == "span"
+        is_metric = kind == "metric"
+        dim = F.when(kind == "log", F.col("level")).when(is_metric, F.col("metric_name"))
+        quantiles = F.array(*(F.lit(q) for q in PERCENTILES))
+        grouped = (
+            self._table("events")
+            .where(window)
+            .groupBy("kind", "minute", "service", dim.alias("dim"))
             .agg(
                 F.count("*").alias("count"),
                 F.sum("metric_value").alias("sum"),
                 F.min("metric_value").alias("min"),
                 F.max("metric_value").alias("max"),
                 F.avg("metric_value").alias("avg"),
-            )
-            .select(
-                F.lit("metric_rollups").alias("rollup"), "minute", "service", "dim", "count",
-                "sum", "min", "max", "avg", null_l.alias("errors"),
-                *(null_d.alias(c) for c in ("p50", "p95", "p99")),
-            )
-        )  # fmt: skip
-        quantiles = F.array(*(F.lit(q) for q in PERCENTILES))
-        spans = (
-            events.where(F.col("kind") == "span")
-            .groupBy("minute", "service")
-            .agg(
-                F.count("*").alias("count"),
                 F.count_if(F.col("status") == "error").alias("errors"),
                 F.percentile("duration_ms", quantiles).alias("p"),
             )
-            .select(
-                F.lit("span_latency").alias("rollup"), "minute", "service",
-                F.lit(None).cast("string").alias("dim"), "count",
-                *(null_d.alias(c) for c in ("sum", "min", "max", "avg")), "errors",
-                F.col("p")[0].alias("p50"), F.col("p")[1].alias("p95"),
-                F.col("p")[2].alias("p99"),
-            )
+        )
+        null_d = F.lit(None).cast("double")
+        frame = grouped.select(
+            F.when(kind == "log", "log_counts")
+            .when(is_metric, "metric_rollups")
+            .otherwise("span_latency")
+            .alias("rollup"),
+            "minute", "service", "dim", "count",
+            *(F.when(is_metric, F.col(c)).otherwise(null_d).alias(c)
+              for c in ("sum", "min", "max", "avg")),
+            F.when(is_span, F.col("errors")).otherwise(F.lit(None).cast("long")).alias("errors"),
+            *(F.when(is_span, F.col("p")[i]).otherwise(null_d).alias(c)
+              for i, c in enumerate(("p50", "p95", "p99"))),
         )  # fmt: skip
-        frame = logs.unionByName(metrics).unionByName(spans)
-        writer = frame.write.format("delta")
-        if self._has("rollups"):
-            writer = writer.mode("overwrite").option("replaceWhere", window)
-        else:
-            writer = writer.mode("append")
-        writer.save(cfg.table("rollups"))
-        self._existing.add("rollups")
+        (
+            frame.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", window)
+            .option("txnAppId", self._app_id)
+            .option("txnVersion", batch_id)
+            .save(self.config.table("rollups"))
+        )
 
     def _record_batch(self, batch_id: int, *counts: int) -> None:
         from pyspark.sql import functions as F
 
         row = self.spark.createDataFrame(
-            [(batch_id, *counts)],
-            "batch_id long, rows long, valid long, invalid long, inserted long, "
+            [(self._app_id, batch_id, *counts)],
+            "app_id string, batch_id long, rows long, valid long, invalid long, inserted long, "
             "duplicates long, dlq_sent long",
         ).withColumn("processed_at", F.current_timestamp())
         self._append_once("batches", row, batch_id)
 
 
+class _Clock:
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into = into
+        self.last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.into[name] = now - self.last
+        self.last = now
+
+
+def app_id(config: TelemetryConfig) -> str:
+    """The job's Delta transaction id: the stream and the checkpoint (one per query).
+
+    A new checkpoint is a new query whose batch ids start again at 0, so it gets its
+    own id; a driver restarted on the same checkpoint keeps it.
+    """
+    digest = hashlib.sha256(str(config.checkpoint).encode()).hexdigest()[:12]
+    return f"streamplane-telemetry-{config.stream}-{digest}"
+
+
 def _minute_ms(ts: Any) -> int:
     millis = int(ts.timestamp() * 1000)
     return millis - millis % 60_000
-
-
-def _last_metric(table: Any, name: str) -> int:
-    metrics = table.history(1).select("operationMetrics").first()[0] or {}
-    try:
-        return int(metrics.get(name, 0))
-    except (TypeError, ValueError):
-        raise ConfigError(f"Delta history has no usable {name}: {metrics!r}") from None
 
 
 # --------------------------------------------------------------------------- reading

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamplane.client.commit_store import CommitStore
 from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import decode
-from streamplane.kafka.clients import consumer_config
+from streamplane.kafka.clients import consumer_config, producer_config
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
 
@@ -161,3 +162,84 @@ def test_unknown_lane_and_unreachable_control_plane(
         base.option("controlPlane", control_plane.url).option("lanes", "nope").load()
     with pytest.raises(Exception, match="unreachable"):
         base.option("controlPlane", "http://127.0.0.1:9").load()
+
+
+def test_commit_carries_the_ingestion_time_at_the_low_watermark(
+    spark: Any,
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    fleet: FleetDescriptor,
+    tmp_path: Path,
+) -> None:
+    """A query behind its stream commits, with the low watermark, the ingestion time of
+    the record at it: the lag monitor sees a real time lag for a Spark group."""
+    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
+    with control_plane.client() as client:
+        topic = client.routing(stream).active("realtime").topic
+    bootstrap = fleet.bootstrap("local-a")
+    backlog = 2_000
+    # Chunks of 100 records (a micro-batch's worth), each flushed and 20 ms apart: the
+    # first record of a chunk is ingested later than the last one of the chunk before
+    # (stream topics stamp records with the broker's append time).
+    producer = Producer(producer_config(bootstrap))
+    for chunk in range(backlog // 100):
+        for i in range(100):
+            producer.produce(topic, b"v%d" % (chunk * 100 + i))
+        assert producer.flush(30) == 0
+        time.sleep(0.02)
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    reader = (
+        spark.readStream.format("streamplane")
+        .option("stream", stream)
+        .option("group", group)
+        .option("controlPlane", control_plane.url)
+        .option("maxRecordsPerTrigger", "100")  # admission control: the query stays behind
+    )
+    query = (
+        reader.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="2 seconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < 2:
+            assert time.monotonic() < deadline, "no two micro-batches in 120 s"
+            time.sleep(0.2)
+    finally:
+        query.stop()
+
+    consumer = Consumer(consumer_config(bootstrap, group))
+    try:
+        loaded = CommitStore(consumer, bootstrap, stream, group).load([(topic, 0)])
+        (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    finally:
+        consumer.close()
+    progress, offset = loaded[(topic, 0)]
+    assert offset is not None and progress is not None
+    assert 100 <= offset < backlog and offset % 100 == 0  # whole micro-batches, still behind
+    assert committed.offset == offset and decode(committed.metadata).is_streamplane
+    assert progress.low_watermark == offset
+    # The ingestion time of the record at the low watermark (the next one to read), as
+    # Kafka has it: not the commit time, not the previous record's.
+    stamps = _timestamps(bootstrap, topic, [offset - 1, offset])
+    assert stamps[offset - 1] < stamps[offset] < progress.commit_time_ms
+    assert progress.low_watermark_timestamp_ms == stamps[offset]
+
+
+def _timestamps(bootstrap: str, topic: str, offsets: list[int]) -> dict[int, int]:
+    consumer = Consumer(consumer_config(bootstrap, f"peek-{uuid.uuid4().hex[:8]}"))
+    found: dict[int, int] = {}
+    try:
+        consumer.assign([TopicPartition(topic, 0, min(offsets))])
+        deadline = time.monotonic() + 30
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=100, timeout=1.0):
+                if msg.error() is None and msg.offset() in offsets:
+                    found[int(msg.offset() or 0)] = msg.timestamp()[1]
+    finally:
+        consumer.close()
+    assert len(found) == len(offsets)
+    return found

@@ -1,0 +1,150 @@
+"""The telemetry writer is idempotent per micro-batch id, and MERGE by event id stays the
+guarantee: real Spark, real Delta tables, the real dlq lane of a stream on the fleet.
+
+The batches are DataFrames with the source's schema built in the test, handed to
+``process_batch`` as Spark's foreachBatch would (a new ``TelemetryJob`` on the same
+checkpoint is a restarted driver).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from delta.tables import DeltaTable
+
+from streamplane.client.dlq import list_dead_letters
+from streamplane.local.control_plane_process import ControlPlaneProcess
+from streamplane.pipeline.events import PARSED_SCHEMA_DDL, parse_batches, reference_rollups
+from streamplane.pipeline.generator import GeneratedRecord, generate
+from streamplane.pipeline.source import SCHEMA
+from streamplane.pipeline.telemetry import TABLES, TelemetryConfig, TelemetryJob, rollup_views
+
+
+def _batch(spark: Any, stream: str, records: list[GeneratedRecord], first_offset: int) -> Any:
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        (stream, r.lane, "local-a", "t-coords", 0, first_offset + i, r.key, r.value, None, now)
+        for i, r in enumerate(records)
+    ]
+    return spark.createDataFrame(rows, SCHEMA)
+
+
+def _versions(spark: Any, config: TelemetryConfig) -> dict[str, int]:
+    return {
+        name: int(DeltaTable.forPath(spark, config.table(name)).history(1).first()["version"])
+        for name in TABLES
+    }
+
+
+def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(
+    spark: Any,
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    stream = stream_factory("local-a", partitions=1)
+    config = TelemetryConfig(
+        stream=stream,
+        group="g-idem",
+        warehouse=tmp_path / "warehouse",
+        checkpoint=tmp_path / "checkpoint",
+        control_plane=control_plane.url,
+        token=control_plane.token,
+    )
+    records = list(generate(400, seed=21, poison_ratio=0.05, rate=1000))
+    valid = [r for r in records if r.event is not None]
+    poison = len(records) - len(valid)
+    assert poison >= 5
+    batch0 = _batch(spark, stream, records, 0)
+
+    job = TelemetryJob(spark, config)
+    job.process_batch(batch0, 0)
+    assert job.stats["inserted"] == len(valid) and job.stats["dlq_sent"] == poison
+    after0 = _versions(spark, config)
+    job.close()
+
+    # A restarted driver replays batch 0: skipped whole, no table gets a commit, no
+    # record goes to the dlq lane again.
+    job = TelemetryJob(spark, config)
+    job.process_batch(batch0, 0)
+    assert job.stats["replays_skipped"] == 1 and job.stats["batches"] == 0
+    assert _versions(spark, config) == after0
+
+    # The valid events again, as new records under a new batch id (at-least-once input,
+    # a producer's retry): MERGE by event id inserts none of them.
+    job.process_batch(_batch(spark, stream, valid, 400), 1)
+    assert job.stats["inserted"] == 0 and job.stats["duplicates"] == len(valid)
+    assert job.stats["dlq_sent"] == 0
+    events = spark.read.format("delta").load(config.table("events"))
+    assert events.count() == events.select("event_id").distinct().count() == len(valid)
+
+    # A driver that died after batch 2's MERGE and before recording it: on replay,
+    # Delta skips the MERGE (its transaction version is in the events table's log),
+    # the rest of the batch is done once.
+    more = list(generate(100, seed=22, rate=1000))
+    batch2 = _batch(spark, stream, more, 800)
+    fresh = job._fresh(batch2.mapInArrow(parse_batches, PARSED_SCHEMA_DDL).where("reason is null"))
+    assert job._merge_events(fresh, 2) == len(more)
+    merged = _versions(spark, config)
+    job.close()
+    job = TelemetryJob(spark, config)
+    job.process_batch(batch2, 2)
+    after2 = _versions(spark, config)
+    assert after2["events"] == merged["events"]  # no second MERGE commit
+    assert after2["rollups"] == merged["rollups"] + 1
+    assert after2["batches"] == merged["batches"] + 1
+    assert job.stats["batches"] == 1 and job.stats["inserted"] == 0
+    job.close()
+
+    events = spark.read.format("delta").load(config.table("events"))
+    ids = [r["event_id"] for r in events.select("event_id").collect()]
+    assert sorted(ids) == sorted(r.key.decode() for r in valid + more)
+    batches = spark.read.format("delta").load(config.table("batches"))
+    assert sorted(r["batch_id"] for r in batches.select("batch_id").collect()) == [0, 1, 2]
+    dead = spark.read.format("delta").load(config.table("dead_letters"))
+    assert dead.count() == poison
+    with control_plane.client() as client:
+        in_lane = list_dead_letters(client, stream, limit=1_000, idle_s=2.0)
+    assert len(in_lane) == poison
+    ref = reference_rollups([r.event for r in valid + more if r.event is not None])
+    logs = {
+        (int(r["minute"].timestamp() * 1000), r["service"], r["level"]): r["count"]
+        for r in rollup_views(spark, config.warehouse)["log_counts"].collect()
+    }
+    assert logs == ref.log_counts
+
+
+def test_a_new_checkpoint_is_a_new_query(
+    spark: Any,
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """Batch ids start again at 0 for a new checkpoint on the same warehouse: its batches
+    are not mistaken for replays of the old query's."""
+    stream = stream_factory("local-a", partitions=1)
+
+    def config(checkpoint: str) -> TelemetryConfig:
+        return TelemetryConfig(
+            stream=stream,
+            group="g-idem2",
+            warehouse=tmp_path / "warehouse",
+            checkpoint=tmp_path / checkpoint,
+            control_plane=control_plane.url,
+            token=control_plane.token,
+        )
+
+    first = list(generate(50, seed=31, rate=1000))
+    second = list(generate(50, seed=32, rate=1000))
+    job = TelemetryJob(spark, config("ck-1"))
+    job.process_batch(_batch(spark, stream, first, 0), 0)
+    job.close()
+    job = TelemetryJob(spark, config("ck-2"))
+    job.process_batch(_batch(spark, stream, second, 50), 0)
+    job.close()
+    assert job.stats["replays_skipped"] == 0 and job.stats["inserted"] == 50
+    events = spark.read.format("delta").load(config("ck-1").table("events"))
+    assert events.count() == 100
