@@ -469,7 +469,12 @@ class StreamConsumer:
                 messages = entry.messages
                 pos = entry.pos
                 end = min(len(messages), pos + room)
-                attempts = state.attempts
+                # Records fetched for the first time: attempts only from a restored commit.
+                attempts = (
+                    state.attempts
+                    if state.restored_retries_high >= messages[pos].offset()  # type: ignore[operator]
+                    else None
+                )
                 first_seen_ms = entry.first_seen_ms
                 for m in messages[pos:end] if pos or end < len(messages) else messages:
                     offset: int = m.offset()  # type: ignore[assignment]

@@ -55,6 +55,7 @@ class PartitionState:
         "priority",
         "rejected",
         "restored_high",
+        "restored_retries_high",
         "restored_skips",
         "settled",
     )
@@ -85,6 +86,9 @@ class PartitionState:
         # Highest offset a commit had settled above its low watermark (-1: none). Only
         # fetched offsets up to it can have been settled before: others skip the lookup.
         self.restored_high = -1
+        # Highest offset with a retry count from that commit (-1: none): records fetched
+        # above it are on their first attempt.
+        self.restored_retries_high = -1
 
     def restore(self, progress: PartitionProgress | None, committed_offset: int | None) -> None:
         """Start from a commit: skip what was settled, keep retry counts."""
@@ -94,6 +98,7 @@ class PartitionState:
             self.rejected = progress.rejected.copy()
             self.attempts = dict(progress.retries)
             self.restored_high = progress.settled.highest or -1
+            self.restored_retries_high = max(progress.retries, default=-1)
         elif committed_offset is not None:
             self.base = committed_offset
         self.next_fetch = self.base
@@ -176,9 +181,11 @@ class PartitionState:
         if added:
             self.in_flight -= added
             self.acked += added
-            if self.attempts:
-                for offset in offsets:
-                    self.attempts.pop(offset, None)
+            attempts = self.attempts
+            if attempts:  # a few records being retried: drop those settled now
+                settled = self.settled
+                for offset in [o for o in attempts if o in settled]:
+                    del attempts[offset]
             self.dirty = True
         return added
 
@@ -245,7 +252,17 @@ class PartitionState:
             del offsets[:i]
             del timestamps[:i]
         if len(offsets) > 2 * self.in_flight + 1024:
-            settled = self.settled
-            kept = [(o, t) for o, t in zip(offsets, timestamps, strict=True) if o not in settled]
-            self.fetched_offsets = [o for o, _ in kept]
-            self.fetched_timestamps = [t for _, t in kept]
+            # Keep the slices between settled ranges (a bisection per range, no
+            # per-record Python work).
+            kept_offsets: list[int] = []
+            kept_timestamps: list[int] = []
+            lo = 0
+            for start, end in self.settled.ranges():
+                i = bisect_left(offsets, start, lo)
+                kept_offsets += offsets[lo:i]
+                kept_timestamps += timestamps[lo:i]
+                lo = bisect_left(offsets, end, i)
+            kept_offsets += offsets[lo:]
+            kept_timestamps += timestamps[lo:]
+            self.fetched_offsets = kept_offsets
+            self.fetched_timestamps = kept_timestamps
