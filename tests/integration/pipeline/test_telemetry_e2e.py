@@ -1,7 +1,10 @@
 """End to end: generator -> stream (failover mid-run) -> Spark telemetry job (driver
 restart from its checkpoint) -> Delta event store; checked against the ground truth.
 
-Scaled for a 2-core machine: 20,000 events, 0.5% malformed, 0.2% sent twice.
+200,000 events (0.5% malformed, 0.2% of the valid ones sent twice), produced in two
+halves without pacing (the generator's event times are spaced for 4,000 events/s);
+the job reads at most 50,000 records per micro-batch. The driver restart comes after
+the first stored batch, the failover to local-b before the second half is produced.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from streamplane.pipeline.events import reference_rollups
 from streamplane.pipeline.generator import GroundTruth, generate, produce
 from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, rollup_views
 
-EVENTS = 20_000
-RATE = 4_000
+EVENTS = 200_000
+RATE = 4_000  # event-time spacing of the generated events
+PRODUCE_RATE = 1e9  # as fast as the producer goes
+MAX_PER_TRIGGER = 50_000
+
+pytestmark = pytest.mark.timeout(1200)
 
 
 def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
@@ -47,6 +54,7 @@ def test_telemetry_end_to_end(
         control_plane=control_plane.url,
         token=control_plane.token,
         trigger_seconds=2.0,
+        max_records_per_trigger=MAX_PER_TRIGGER,
     )
     records = list(generate(EVENTS, seed=11, poison_ratio=0.005, rate=RATE))
     half = EVENTS // 2
@@ -55,16 +63,20 @@ def test_telemetry_end_to_end(
     client = control_plane.client()
     try:
         with StreamProducer(stream, client) as producer:
-            first = produce(producer, iter(records[:half]), rate=RATE, duplicate_ratio=0.002)
+            first = produce(
+                producer, iter(records[:half]), rate=PRODUCE_RATE, duplicate_ratio=0.002
+            )
             # Driver restart from the checkpoint, possibly in the middle of a batch.
-            _wait(lambda: job.stats["batches"] >= 1, 180)
+            _wait(lambda: job.stats["batches"] >= 1, 300)
             query.stop()
             job.close()
             job = TelemetryJob(spark, config)
             query = job.start()
             # Live failover while the job runs; the producer follows the routing.
             client.failover(stream, "local-b", reason="e2e")
-            second = produce(producer, iter(records[half:]), rate=RATE, duplicate_ratio=0.002)
+            second = produce(
+                producer, iter(records[half:]), rate=PRODUCE_RATE, duplicate_ratio=0.002
+            )
         query.processAllAvailable()
     finally:
         query.stop()
@@ -75,8 +87,8 @@ def test_telemetry_end_to_end(
         truth.events.extend(part.events)
         truth.poison_keys.extend(part.poison_keys)
     valid_ids = {e.event_id for e in truth.events}
-    assert len(valid_ids) == len(truth.events) > 19_000
-    assert 50 <= len(truth.poison_keys) <= 150
+    assert len(valid_ids) == len(truth.events) > 0.99 * EVENTS
+    assert 0.004 * EVENTS <= len(truth.poison_keys) <= 0.006 * EVENTS
 
     events = spark.read.format("delta").load(config.table("events"))
     stored = {r["event_id"] for r in events.select("event_id").collect()}
@@ -89,7 +101,7 @@ def test_telemetry_end_to_end(
     assert {bytes(r["key"]).decode() for r in dead.select("key").collect()} == set(
         truth.poison_keys
     )
-    in_lane = list_dead_letters(client, stream, limit=10_000, idle_s=3.0)
+    in_lane = list_dead_letters(client, stream, limit=10 * EVENTS, idle_s=3.0)
     assert {(d.key or b"").decode() for d in in_lane} == set(truth.poison_keys)
     assert all(d.provenance.get("error") for d in in_lane)
 
@@ -119,7 +131,10 @@ def test_telemetry_end_to_end(
         assert spans[key][2:] == pytest.approx(expected[2:], rel=1e-9)
 
     batches = spark.read.format("delta").load(config.table("batches"))
-    assert batches.groupBy().sum("inserted").first()[0] == len(valid_ids)
+    # A batch whose MERGE was committed when the driver stopped is recorded by the restarted
+    # one with nothing inserted (Delta skipped its MERGE): at most one batch is missing.
+    inserted = batches.groupBy().sum("inserted").first()[0]
+    assert len(valid_ids) - MAX_PER_TRIGGER <= inserted <= len(valid_ids)
     client.close()
 
 
