@@ -90,6 +90,12 @@ class Histogram:
         return out
 
 
+def _lane_of(topic: str | None) -> str:
+    """The lane of a derived topic name ``sp.<stream>.<lane>.e<epoch>`` ("" if not one)."""
+    parts = (topic or "").rsplit(".", 2)
+    return parts[-2] if len(parts) == 3 else ""
+
+
 class _Histograms(dict[tuple[str, ...], Histogram]):
     def __init__(self, bounds: Sequence[float]) -> None:
         super().__init__()
@@ -118,14 +124,18 @@ class ClientMetrics:
     ) -> None:
         """One delivery report (the producer's poll thread); the lane comes from the
         derived topic name ``sp.<stream>.<lane>.e<epoch>``."""
-        parts = (topic or "").rsplit(".", 2)
-        key = (stream, parts[-2] if len(parts) == 3 else "")
+        key = (stream, _lane_of(topic))
         if err is None:
             self.delivered[key] += 1
         else:
             self.produce_errors[key] += 1
         if latency_s is not None and latency_s >= 0:
             self.produce_latency[(stream,)].observe(latency_s)
+
+    def delivered_by_topic(self, stream: str, counts: Mapping[str, int]) -> None:
+        """Successful deliveries a producer counted per topic since it last reported."""
+        for topic, n in counts.items():
+            self.delivered[(stream, _lane_of(topic))] += n
 
     def fetch_latency_of(self, stream: str, cluster: str, first: Any) -> None:
         """The ingestion-to-fetch latency of a fetched batch's first record. (Records per

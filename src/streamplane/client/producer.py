@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,6 +48,7 @@ class _Route:
     topic: str
     cluster: str
     epoch: int
+    metric_key: tuple[str, str]  # (stream, lane): the produced counter's labels
 
 
 class StreamProducer:
@@ -85,6 +87,10 @@ class StreamProducer:
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
+        # Deliveries counted per topic in the delivery callback (one dict increment),
+        # handed to METRICS whenever the producer polls.
+        self._delivered: defaultdict[str, int] = defaultdict(int)
+        self._latency = METRICS.produce_latency[(stream,)]
         self._sent_since_poll = 0
         self._epoch = 0
         self._opened = False
@@ -168,7 +174,11 @@ class StreamProducer:
             for lane in table.all_lanes:
                 seg = table.active(lane)
                 routes[lane] = _Route(
-                    self._producer_for(seg.cluster), seg.topic, seg.cluster, seg.epoch
+                    self._producer_for(seg.cluster),
+                    seg.topic,
+                    seg.cluster,
+                    seg.epoch,
+                    (self.stream, lane),
                 )
             old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
             self._routes = routes
@@ -204,23 +214,27 @@ class StreamProducer:
                 f"record of {size} bytes exceeds the stream's bound "
                 f"of {self._max_record_bytes} bytes"
             )
-        kwargs: dict[str, Any] = {}
-        if headers is not None:
-            kwargs["headers"] = headers
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
         producer = route.producer
         while True:
             try:
-                producer.produce(route.topic, value, key, **kwargs)
+                if headers is None and on_delivery is None:
+                    producer.produce(route.topic, value, key)
+                else:
+                    kwargs: dict[str, Any] = {}
+                    if headers is not None:
+                        kwargs["headers"] = headers
+                    if on_delivery is not None:
+                        kwargs["on_delivery"] = on_delivery
+                    producer.produce(route.topic, value, key, **kwargs)
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
-        METRICS.produced[(self.stream, lane or self._default_lane or "")] += 1  # metrics
+        METRICS.produced[route.metric_key] += 1  # metrics
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
             self._sent_since_poll = 0
             producer.poll(0)
+            self._report_deliveries()
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued record; raises ProduceError if any could not be delivered."""
@@ -228,6 +242,7 @@ class StreamProducer:
         remaining = 0
         for producer in list(self._producers.values()):
             remaining += producer.flush(max(0.0, deadline - time.monotonic()))
+        self._report_deliveries()
         if remaining:
             raise ProduceError(f"{remaining} records still undelivered after {timeout:.0f}s")
         self.raise_failures()
@@ -236,6 +251,7 @@ class StreamProducer:
         """Serve delivery callbacks (``send`` also does, every so often)."""
         for producer in list(self._producers.values()):
             producer.poll(timeout)
+        self._report_deliveries()
 
     def raise_failures(self) -> None:
         """Raise ProduceError for records that failed without a caller's callback."""
@@ -249,9 +265,21 @@ class StreamProducer:
         )
 
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
+        # Runs once per record (in poll/flush): keep it to a few operations.
+        if err is None:
+            self._delivered[msg.topic()] += 1  # type: ignore[index]
+            latency = msg.latency()
+            if latency is not None and latency >= 0:
+                self._latency.observe(latency)
+            return
         METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
-        if err is not None:
-            self._failures.append((err, msg))
+        self._failures.append((err, msg))
+
+    def _report_deliveries(self) -> None:
+        delivered = self._delivered
+        if delivered:
+            self._delivered = defaultdict(int)
+            METRICS.delivered_by_topic(self.stream, delivered)
 
 
 def _drain(producer: Producer) -> None:
