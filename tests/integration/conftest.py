@@ -126,8 +126,12 @@ def control_plane(
     tmp_path_factory: pytest.TempPathFactory, fleet: FleetDescriptor
 ) -> Iterator[ControlPlaneProcess]:
     """The control plane (subprocess) with local-a and local-b registered (tag env=local)."""
+    # Health checks off: tests that kill brokers must not fail other tests' streams
+    # over (the failover tests run their own control plane with health on).
     cp = ControlPlaneProcess(
-        tmp_path_factory.mktemp("control-plane"), token=f"tok-{uuid.uuid4().hex}"
+        tmp_path_factory.mktemp("control-plane"),
+        token=f"tok-{uuid.uuid4().hex}",
+        extra_args=["--no-health"],
     )
     cp.start()
     try:

@@ -79,7 +79,7 @@ def control_plane() -> None:
 @click.option(
     "--health/--no-health",
     envvar="STREAMPLANE_HEALTH",
-    default=False,
+    default=True,
     show_default=True,
     help="Probe every cluster each second and fail the streams of a down one over.",
 )
