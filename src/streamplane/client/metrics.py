@@ -14,9 +14,9 @@ Exposing them from an application::
 Names (all prefixed ``streamplane_client_``; labels in braces):
 
 - ``produced_total{stream,lane}`` (records handed to ``send``), ``acked_total{stream,lane}``
-  and ``produce_errors_total{stream,lane}`` (delivery reports of records sent without
-  their own ``on_delivery``; a producer counts successes per topic in its delivery
-  callback and hands them over every 1,000 sends and at ``poll``/``flush``),
+  and ``produce_errors_total{stream,lane}`` (delivery reports; a producer counts
+  successes per topic in its delivery callback and hands them over every 1,000 sends
+  and at ``poll``/``flush``),
   ``produce_latency_seconds{stream}`` (send to delivery report, histogram)
 - ``consumed_total{stream,cluster,topic,partition}`` (records fetched: throughput per
   partition) and ``fetch_latency_seconds{stream,cluster}`` (ingestion time to fetch of

@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -224,7 +225,7 @@ class StreamProducer:
                     if headers is not None:
                         kwargs["headers"] = headers
                     if on_delivery is not None:
-                        kwargs["on_delivery"] = on_delivery
+                        kwargs["on_delivery"] = partial(self._on_own_delivery, on_delivery)
                     producer.produce(route.topic, value, key, **kwargs)
                 break
             except BufferError:
@@ -274,6 +275,17 @@ class StreamProducer:
             return
         METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
         self._failures.append((err, msg))
+
+    def _on_own_delivery(
+        self, callback: DeliveryCallback, err: _RawKafkaError | None, msg: Message
+    ) -> None:
+        """A record sent with its own ``on_delivery``: counted, then the caller's
+        callback decides what a failure means."""
+        if err is None:
+            self._on_delivery(None, msg)  # counted like the others
+        else:
+            METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
+        callback(err, msg)
 
     def _report_deliveries(self) -> None:
         delivered = self._delivered

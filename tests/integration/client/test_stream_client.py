@@ -201,3 +201,20 @@ def test_slow_handler_still_commits_on_time(
         committed = [tp.offset for tp in fut.result(10).topic_partitions if tp.offset >= 0]
         assert handled < 1000
         assert committed and committed[0] >= handled // 2  # commits kept up while handling
+
+
+def test_records_with_their_own_callback_are_counted_too(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    from streamplane.client.metrics import METRICS
+
+    stream = stream_factory(cluster="local-a", partitions=1, lanes=("realtime",))
+    reports: list[object] = []
+    with StreamProducer(stream, control_plane.client()) as producer:
+        for i in range(10):
+            producer.send(str(i).encode(), on_delivery=lambda err, _msg: reports.append(err))
+        producer.send(b"no callback")
+        producer.flush()
+    assert reports == [None] * 10
+    assert METRICS.delivered[(stream, "realtime")] == 11
+    assert METRICS.produced[(stream, "realtime")] == 11
