@@ -134,11 +134,21 @@ class TelemetryConfig:
 
 
 def ensure_tables(spark: Any, warehouse: Path) -> None:
-    """Create the Delta tables (empty) that do not exist yet (for readers)."""
+    """Create the Delta tables (empty) that do not exist yet, and add the columns a
+    table written by an older streamplane lacks (e.g. ``batches.app_id``): an existing
+    warehouse keeps working after an upgrade."""
     for name in TABLES:
-        if not _exists(spark, str(warehouse / name)):
-            df = spark.createDataFrame([], _SCHEMAS[name])
-            df.write.format("delta").mode("ignore").save(str(warehouse / name))
+        path = str(warehouse / name)
+        wanted = spark.createDataFrame([], _SCHEMAS[name]).schema
+        if not _exists(spark, path):
+            spark.createDataFrame([], wanted).write.format("delta").mode("ignore").save(path)
+            continue
+        have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+        missing = [f for f in wanted.fields if f.name not in have]
+        if missing:
+            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            log.info("adding columns to %s: %s", path, columns)
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
 
 
 def _exists(spark: Any, path: str) -> bool:

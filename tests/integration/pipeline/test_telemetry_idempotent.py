@@ -148,3 +148,22 @@ def test_a_new_checkpoint_is_a_new_query(
     assert job.stats["replays_skipped"] == 0 and job.stats["inserted"] == 50
     events = spark.read.format("delta").load(config("ck-1").table("events"))
     assert events.count() == 100
+
+
+def test_a_warehouse_from_an_older_version_gets_the_new_columns(spark: Any, tmp_path: Path) -> None:
+    from streamplane.pipeline.telemetry import ensure_tables
+
+    old_batches = (
+        "batch_id long, rows long, valid long, invalid long, inserted long, "
+        "duplicates long, dlq_sent long, processed_at timestamp"
+    )  # before batches carried the writer's app id
+    path = str(tmp_path / "batches")
+    spark.createDataFrame([(7, 1, 1, 0, 1, 0, 0, None)], old_batches).write.format("delta").save(
+        path
+    )
+    ensure_tables(spark, tmp_path)
+    table = spark.read.format("delta").load(path)
+    assert "app_id" in table.columns
+    (row,) = table.collect()
+    assert row["batch_id"] == 7 and row["app_id"] is None  # old rows kept
+    assert set(TABLES) <= {p.name for p in tmp_path.iterdir()}
