@@ -25,7 +25,7 @@ from _stack import Stack, local_stack
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.producer import StreamProducer
 from streamplane.kafka.admin import KafkaAdmin
-from streamplane.kafka.clients import consumer_config, producer_config
+from streamplane.kafka.clients import consume_available, consumer_config, producer_config
 
 PARTITIONS = 6
 
@@ -70,7 +70,7 @@ def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     first: float | None = None
     last_commit = time.perf_counter()
     while got < n:
-        for m in c.consume(1000, timeout=0.5):
+        for m in consume_available(c, 1000, 0.5):  # the same batching as StreamConsumer
             if m.error() is None:
                 if first is None:
                     first = time.perf_counter()

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from _stack import local_stack
 from streamplane.client.producer import StreamProducer
-from streamplane.kafka.clients import consumer_config, producer_config
+from streamplane.kafka.clients import consume_available, consumer_config, producer_config
 from streamplane.pipeline.generator import generate, produce
 from streamplane.pipeline.spark import build_session
 from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, store_summary
@@ -54,7 +54,7 @@ def raw_consume(bootstrap: str, topic: str, records: int) -> float:
     seen = 0
     started = time.monotonic()
     while seen < records:
-        for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+        for msg in consume_available(consumer, 10_000, 1.0):
             if msg.error() is None:
                 msg.value()
                 seen += 1

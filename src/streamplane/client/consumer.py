@@ -51,7 +51,7 @@ from streamplane.client.provenance import dlq_headers
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
 from streamplane.exceptions import ConfigError, KafkaError, ProduceError
-from streamplane.kafka.clients import consumer_config
+from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -523,7 +523,7 @@ class StreamConsumer:
         for i, (cluster, consumer) in enumerate(consumers):
             wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
             try:
-                batch = consumer.consume(self.fetch_batch, timeout=wait)
+                batch = consume_available(consumer, self.fetch_batch, wait)
             except _RawKafkaException as exc:
                 log.warning("fetch from %s failed: %s", cluster, exc)
                 continue

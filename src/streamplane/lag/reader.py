@@ -43,6 +43,7 @@ from streamplane.core.commitlog import is_streamplane_metadata, peek_low_waterma
 from streamplane.core.offsets_topic import OffsetCommit, OffsetTombstone, decode_record
 from streamplane.exceptions import CodecError, KafkaError
 from streamplane.kafka.admin import QUIET, to_kafka_error
+from streamplane.kafka.clients import consume_available
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class OffsetsReader:
         """Read what arrived (waiting up to ``timeout``): commits and deletions, in log order
         per offsets partition. Group metadata and unknown record types are skipped."""
         try:
-            messages = self._consumer.consume(max_records, timeout)
+            messages = consume_available(self._consumer, max_records, timeout)
         except KafkaException as exc:
             raise to_kafka_error(exc, f"reading {OFFSETS_TOPIC} on {self.cluster}") from exc
         events: list[CommitEvent] = []
@@ -437,7 +438,9 @@ class TimestampLookup:
         deadline = time.monotonic() + timeout
         try:
             while want and (left := deadline - time.monotonic()) > 0:
-                for msg in self._consumer.consume(min(len(want) * 4, 1000), min(left, 0.2)):
+                for msg in consume_available(
+                    self._consumer, min(len(want) * 4, 1000), min(left, 0.2)
+                ):
                     if msg.error() is not None:
                         continue
                     tp = (msg.topic() or "", msg.partition() or 0)

@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 
 from streamplane.exceptions import KafkaError, LocalFleetError
 from streamplane.kafka.admin import KafkaAdmin
-from streamplane.kafka.clients import make_consumer, make_producer
+from streamplane.kafka.clients import consume_available, make_consumer, make_producer
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def round_trip(cluster: str, bootstrap: str, records: int = 1000, partitions: in
         seen: set[bytes] = set()
         deadline = time.monotonic() + 30
         while len(seen) < records and time.monotonic() < deadline:
-            for msg in consumer.consume(500, timeout=0.5):
+            for msg in consume_available(consumer, 500, 0.5):
                 if msg.error():
                     raise KafkaError(f"{cluster}: {msg.error()}")
                 payload = msg.value()

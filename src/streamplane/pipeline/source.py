@@ -65,7 +65,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import TIMESTAMP_MAX_MS, PartitionProgress
 from streamplane.core.routing import DLQ_LANE, RoutingTable, Segment
 from streamplane.exceptions import ConfigError, KafkaError, NotFound, StreamplaneError
-from streamplane.kafka.clients import consumer_config
+from streamplane.kafka.clients import consume_available, consumer_config
 from streamplane.pipeline.options import (
     ReadOptions,
     WriteOptions,
@@ -422,7 +422,7 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             peeker.assign([TopicPartition(k.topic, k.partition, o) for k, o in items])
             deadline = time.monotonic() + 2.0
             while len(found) < len(wanted) and time.monotonic() < deadline:
-                for msg in peeker.consume(num_messages=len(wanted), timeout=0.2):
+                for msg in consume_available(peeker, len(wanted), 0.2):
                     if msg.error():
                         continue
                     key = PartitionKey(cluster, str(msg.topic()), int(msg.partition() or 0))
@@ -548,7 +548,7 @@ def read_split(split: KafkaSplit) -> Iterator[Any]:
 
     try:
         while next_offset < split.end:
-            msgs = consumer.consume(num_messages=10_000, timeout=0.5)
+            msgs = consume_available(consumer, 10_000, 0.5)
             if not msgs:
                 position = consumer.position([TopicPartition(split.topic, split.partition)])
                 if position and position[0].offset >= split.end:
