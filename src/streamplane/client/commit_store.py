@@ -72,6 +72,11 @@ class CommitStore:
     def side_topic(self) -> str:
         return side_topic(self._stream)
 
+    def prefetch_budget(self) -> None:
+        """Read the budget in the background now, so the first commit need not wait for
+        the brokers' configs (a concurrent read computes the same value)."""
+        threading.Thread(target=self.metadata_budget, name="sp-commit-budget", daemon=True).start()
+
     def metadata_budget(self) -> int:
         """Longest metadata the brokers accept, read once.
 

@@ -360,9 +360,11 @@ class StreamConsumer:
             )
             c = Consumer(conf)
             self._consumers[cluster] = c
-            self._commit_stores[cluster] = CommitStore(
+            store = self._commit_stores[cluster] = CommitStore(
                 c, self._bootstrap(cluster), self.stream, self.group
             )
+            if not self.read_only:
+                store.prefetch_budget()
         return c
 
     def _on_routing(self, table: RoutingTable) -> None:
