@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.pipeline.spark import build_session
+from streamplane.pipeline.telemetry import TelemetryConfig
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +20,23 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session = build_session("streamplane-tests", master="local[2]", warehouse=warehouse)
     yield session
     session.stop()
+
+
+def telemetry_config(
+    control_plane: ControlPlaneProcess,
+    stream: str,
+    group: str,
+    root: Path,
+    checkpoint: str = "checkpoint",
+    **options: Any,
+) -> TelemetryConfig:
+    """A telemetry job's settings for a test: warehouse and checkpoint under ``root``."""
+    return TelemetryConfig(
+        stream=stream,
+        group=group,
+        warehouse=root / "warehouse",
+        checkpoint=root / checkpoint,
+        control_plane=control_plane.url,
+        token=control_plane.token,
+        **options,
+    )

@@ -22,7 +22,8 @@ from streamplane.client.producer import StreamProducer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.pipeline.events import reference_rollups
 from streamplane.pipeline.generator import GroundTruth, generate, produce
-from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, rollup_views
+from streamplane.pipeline.telemetry import TelemetryJob, rollup_views
+from tests.integration.pipeline.conftest import telemetry_config
 
 EVENTS = 200_000
 RATE = 4_000  # event-time spacing of the generated events
@@ -46,13 +47,11 @@ def test_telemetry_end_to_end(
     tmp_path: Path,
 ) -> None:
     stream = stream_factory("local-a", partitions=3)
-    config = TelemetryConfig(
-        stream=stream,
-        group="telemetry-e2e",
-        warehouse=tmp_path / "warehouse",
-        checkpoint=tmp_path / "checkpoint",
-        control_plane=control_plane.url,
-        token=control_plane.token,
+    config = telemetry_config(
+        control_plane,
+        stream,
+        "telemetry-e2e",
+        tmp_path,
         trigger_seconds=2.0,
         max_records_per_trigger=MAX_PER_TRIGGER,
     )

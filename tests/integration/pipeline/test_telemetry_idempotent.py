@@ -21,6 +21,7 @@ from streamplane.pipeline.events import PARSED_SCHEMA_DDL, parse_batches, refere
 from streamplane.pipeline.generator import GeneratedRecord, generate
 from streamplane.pipeline.source import SCHEMA
 from streamplane.pipeline.telemetry import TABLES, TelemetryConfig, TelemetryJob, rollup_views
+from tests.integration.pipeline.conftest import telemetry_config
 
 
 def _batch(spark: Any, stream: str, records: list[GeneratedRecord], first_offset: int) -> Any:
@@ -46,14 +47,7 @@ def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(
     tmp_path: Path,
 ) -> None:
     stream = stream_factory("local-a", partitions=1)
-    config = TelemetryConfig(
-        stream=stream,
-        group="g-idem",
-        warehouse=tmp_path / "warehouse",
-        checkpoint=tmp_path / "checkpoint",
-        control_plane=control_plane.url,
-        token=control_plane.token,
-    )
+    config = telemetry_config(control_plane, stream, "g-idem", tmp_path)
     records = list(generate(400, seed=21, poison_ratio=0.05, rate=1000))
     valid = [r for r in records if r.event is not None]
     poison = len(records) - len(valid)
@@ -128,14 +122,7 @@ def test_a_new_checkpoint_is_a_new_query(
     stream = stream_factory("local-a", partitions=1)
 
     def config(checkpoint: str) -> TelemetryConfig:
-        return TelemetryConfig(
-            stream=stream,
-            group="g-idem2",
-            warehouse=tmp_path / "warehouse",
-            checkpoint=tmp_path / checkpoint,
-            control_plane=control_plane.url,
-            token=control_plane.token,
-        )
+        return telemetry_config(control_plane, stream, "g-idem2", tmp_path, checkpoint)
 
     first = list(generate(50, seed=31, rate=1000))
     second = list(generate(50, seed=32, rate=1000))
