@@ -214,13 +214,16 @@ class Executor:
         groups = batches(changes, self.params.concurrency)
         total = sum(len(g) for g in groups)
         for n, group in enumerate(groups, 1):
-            submitted = self._submit(group, report, plan.current)
-            if not submitted:
-                continue
             try:
+                submitted = self._submit(group, report, plan.current)
+                if not submitted:
+                    continue
                 self._wait(submitted, report, n, len(groups), total, start)
             except BaseException:
-                report.cancelled.extend(self.cancel(submitted))
+                # Interrupted (SIGTERM, Ctrl-C) while submitting or waiting: a request cut
+                # off mid-flight may still reach the controller, so cancel every key of
+                # the batch and look again for a moment.
+                report.cancelled.extend(self.cancel([p.key for p in group], confirm_s=2.0))
                 raise
         report.elapsed = self._clock() - start
         return report
@@ -286,14 +289,24 @@ class Executor:
                 )
             self._sleep(self.params.poll_interval)
 
-    def cancel(self, keys: Collection[TopicPartition] | None = None) -> list[TopicPartition]:
-        """Cancel reassignments in progress (all, or those of ``keys``); returns the cancelled."""
-        running = self.admin.list_reassignments()
-        targets = sorted(k for k in running if keys is None or k in keys)
-        if not targets:
-            return []
-        answers = self.admin.alter_reassignments(dict.fromkeys(targets))
-        return [k for k in targets if answers.get(k) is None]
+    def cancel(
+        self, keys: Collection[TopicPartition] | None = None, confirm_s: float = 0.0
+    ) -> list[TopicPartition]:
+        """Cancel reassignments in progress (all, or those of ``keys``); returns the
+        cancelled. With ``confirm_s``, keep looking that long for reassignments of
+        ``keys`` that show up late (a submission cut off mid-request), cancelling them
+        too."""
+        deadline = self._clock() + confirm_s
+        cancelled: list[TopicPartition] = []
+        while True:
+            running = self.admin.list_reassignments()
+            targets = sorted(k for k in running if keys is None or k in keys)
+            if targets:
+                answers = self.admin.alter_reassignments(dict.fromkeys(targets))
+                cancelled += [k for k in targets if answers.get(k) is None]
+            if self._clock() >= deadline:
+                return sorted(set(cancelled))
+            self._sleep(min(0.2, max(0.0, deadline - self._clock())))
 
 
 def _complete(state: PartitionState | None, target: Partition) -> bool:
