@@ -290,6 +290,21 @@ class StreamConsumer:
         if self._opened:
             return self
         table = self._watcher.start()
+        try:
+            return self._open(table)
+        except BaseException:
+            # Nothing half-open is left behind: no watch thread, heartbeat or client.
+            self._watcher.stop()
+            if self._membership is not None:
+                self._membership.stop(leave=True)
+            for c in self._consumers.values():
+                c.close()
+            self._consumers.clear()
+            if self._dlq is not None:
+                self._dlq.close()
+            raise
+
+    def _open(self, table: RoutingTable) -> Self:
         lanes = self._lanes if self._lanes is not None else list(table.lanes)
         for lane in lanes:
             if lane not in table.all_lanes:

@@ -107,14 +107,21 @@ class StreamProducer:
         if self._opened:
             return self
         table = self._watcher.start()
-        if self._max_record_bytes is None:
-            desc = self._client.describe_stream(self.stream)
-            self._max_record_bytes = int(desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
-        if self._default_lane is None:
-            self._default_lane = table.lanes[0]
-        else:
-            table.active(self._default_lane)  # unknown lane -> ConfigError now, not at send
-        self._apply(table)
+        try:
+            if self._max_record_bytes is None:
+                desc = self._client.describe_stream(self.stream)
+                self._max_record_bytes = int(
+                    desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES
+                )
+            if self._default_lane is None:
+                self._default_lane = table.lanes[0]
+            else:
+                table.active(self._default_lane)  # unknown lane -> ConfigError now, not at send
+            self._apply(table)
+        except BaseException:
+            self._watcher.stop()  # no watch thread left behind by a failed open
+            self._producers.clear()
+            raise
         self._watcher.add_listener(self._apply)
         self._watcher.add_listener(lambda _table: self.heartbeat.beat_now())
         self.heartbeat.start()

@@ -160,10 +160,14 @@ def test_bad_input(control_plane: Any, stream_factory: Any) -> None:
     with pytest.raises(NotFound):
         StreamConsumer("no-such-stream", "g", client).open()
     stream = stream_factory(cluster="local-a", partitions=1)
+    bad_producer = StreamProducer(stream, client, lane="nope")
     with pytest.raises(ConfigError, match="no lane"):
-        StreamProducer(stream, client, lane="nope").open()
+        bad_producer.open()
+    bad_consumer = StreamConsumer(stream, "g", client, lanes=["nope"])
     with pytest.raises(ConfigError, match="no lane"):
-        StreamConsumer(stream, "g", client, lanes=["nope"]).open()
+        bad_consumer.open()
+    # A failed open leaves no routing watch behind (it would outlive the stream).
+    assert bad_producer._watcher._stop.is_set() and bad_consumer._watcher._stop.is_set()
     with (
         StreamProducer(stream, client, max_record_bytes=1000) as producer,
         pytest.raises(RecordTooLarge),
