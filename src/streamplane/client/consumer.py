@@ -559,9 +559,9 @@ class StreamConsumer:
         topic: str | None = None
         partition = -1
         for m in batch:
-            if m.error() is not None:
-                err = m.error()
-                if err is not None and err.code() != -191:  # _PARTITION_EOF
+            err = m.error()
+            if err is not None:
+                if err.code() != -191:  # _PARTITION_EOF
                     log.warning("fetch error on %s: %s", cluster, err)
                 continue
             if m.partition() != partition or m.topic() != topic:
@@ -595,7 +595,7 @@ class StreamConsumer:
             self._apply_acks()
             for state in self._states.values():
                 full = self._buffers[state.priority].size >= self.max_buffered_per_lane
-                window = state.unsettled() >= self.max_in_flight
+                window = state.in_flight >= self.max_in_flight  # acks applied just above
                 want_paused = full or window
                 if want_paused != state.paused:
                     state.paused = want_paused
