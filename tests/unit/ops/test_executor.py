@@ -151,6 +151,24 @@ def test_interrupt_cancels_the_batch_in_flight() -> None:
     assert admin.running == {} and admin.replicas[("t", 0)] == (1, 2)
 
 
+def test_interrupt_while_submitting_cancels_what_reached_the_controller() -> None:
+    class InterruptedAfterSending(StubOpsAdmin):
+        def alter_reassignments(self, targets):  # type: ignore[no-untyped-def]
+            answers = super().alter_reassignments(targets)
+            if any(t is not None for t in targets.values()):
+                raise KeyboardInterrupt  # a signal before the answer was read
+            return answers
+
+    admin = InterruptedAfterSending.cluster(
+        {1: "a", 2: "b", 3: "c", 4: "a"}, {("t", 0): (1, 2)}, reassignment_steps=10_000
+    )
+    ticks = iter(range(1_000))
+    ex = Executor(admin, ExecutorParams(), sleep=lambda _: None, clock=lambda: next(ticks))
+    with pytest.raises(KeyboardInterrupt):
+        ex.apply(check_plan(_doc(("t", 0, [4, 2])), admin))
+    assert admin.running == {} and admin.replicas[("t", 0)] == (1, 2)
+
+
 def test_no_wait_submits_everything() -> None:
     admin = _admin(steps=10_000)
     ex = Executor(admin, ExecutorParams(wait=False, concurrency=1))
