@@ -1,6 +1,7 @@
 """StreamProducer and StreamConsumer against raw confluent-kafka on the same cluster.
 
     .venv/bin/python bench/client_throughput.py [--records 200000] [--runs 3]
+        [--only produce|consume|poison]
 
 - produce: 1 KiB values, StreamProducer vs a raw confluent-kafka Producer with the same
   settings (idempotent, acks=all, zstd), target >= 0.9x;
@@ -9,7 +10,7 @@
   first record on, the StreamConsumer's start-up is printed separately;
 - poison: 1% of records raise in the handler (nack, retried, then dead-lettered);
   good-record throughput vs the clean run, target >= 0.95x.
-Runs alternate between the two sides; medians are compared.
+Runs alternate between the two sides; the figure is the median of the per-pair ratios.
 """
 
 from __future__ import annotations
@@ -123,9 +124,11 @@ def stream_consume(
 STARTUP: list[float] = []
 
 
-def median_pair(runs: int, a: object, b: object) -> tuple[float, float, list[float], list[float]]:
-    """Alternate a and b; one warm-up pair first (JIT-free Python, but cold caches, page
-    cache and broker warm-up skew the first run of each side)."""
+def median_pair(runs: int, a: object, b: object) -> tuple[float, float, float, list[float]]:
+    """Alternate a and b after one warm-up pair (cold caches, page cache and broker
+    warm-up skew the first run of each side). Returns the median of each side, the
+    median of the per-pair ratios b/a (robust to the machine drifting during the
+    benchmark) and those ratios."""
     a()  # type: ignore[operator]
     b()  # type: ignore[operator]
     xs: list[float] = []
@@ -133,74 +136,94 @@ def median_pair(runs: int, a: object, b: object) -> tuple[float, float, list[flo
     for _ in range(runs):
         xs.append(a())  # type: ignore[operator]
         ys.append(b())  # type: ignore[operator]
-    return statistics.median(xs), statistics.median(ys), xs, ys
+    ratios = [y / x for x, y in zip(xs, ys, strict=True)]
+    return statistics.median(xs), statistics.median(ys), statistics.median(ratios), ratios
+
+
+def pairs(ratios: list[float]) -> str:
+    return "pair ratios " + " ".join(f"{r:.2f}" for r in ratios)
+
+
+def compare_produce(stack: Stack, admin: KafkaAdmin, bootstrap: str, n: int, runs: int) -> None:
+    kib = b"x" * 1024
+    raw_topic = "bench.raw.produce"
+    admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
+    stream = "bench-produce"
+    stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+    raw, ours, ratio, ratios = median_pair(
+        runs,
+        lambda: raw_produce(bootstrap, raw_topic, n, kib),
+        lambda: stream_produce(stack, stream, n, kib),
+    )
+    print(
+        f"produce 1 KiB x {n}: raw {raw:,.0f} rec/s, StreamProducer {ours:,.0f} rec/s "
+        f"-> ratio {ratio:.2f} (target >= 0.90); {pairs(ratios)}"
+    )
+
+
+def compare_consume(stack: Stack, admin: KafkaAdmin, bootstrap: str, n: int, runs: int) -> None:
+    """Small records, produced once, read from the start by a new group every run."""
+    small = b'{"level":"info","msg":"hello world","n":12345}'
+    raw_topic = "bench.raw.consume"
+    admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
+    raw_produce(bootstrap, raw_topic, n, small)
+    stream = "bench-consume"
+    stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+    with StreamProducer(stream, stack.client) as p:
+        for i in range(n):
+            p.send(str(i).encode() + small, key=str(i).encode())
+    raw, ours, ratio, ratios = median_pair(
+        runs,
+        lambda: raw_consume(bootstrap, raw_topic, n),
+        lambda: stream_consume(stack, stream, n),
+    )
+    print(
+        f"consume x {n}: raw (store_offsets per record, commit every 1 s) {raw:,.0f} rec/s, "
+        f"StreamConsumer acks {ours:,.0f} rec/s -> ratio {ratio:.2f} (target >= 0.80); "
+        f"{pairs(ratios)}"
+    )
+    print(
+        "StreamConsumer time to first record (routing, committed state, assign): "
+        f"median {statistics.median(STARTUP):.2f} s"
+    )
+
+
+def compare_poison(stack: Stack, n: int, runs: int) -> None:
+    """1% of records fail every attempt (nacked, retried, then dead-lettered)."""
+    stream = "bench-poison"
+    stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+    with StreamProducer(stream, stack.client) as p:
+        for i in range(n):
+            p.send(str(i).encode(), key=str(i).encode())
+    clean, poisoned, ratio, ratios = median_pair(
+        runs,
+        lambda: stream_consume(stack, stream, n, parse=True),
+        lambda: stream_consume(stack, stream, n, poison_every=100, parse=True),
+    )
+    print(
+        f"good-record throughput x {n}: clean {clean:,.0f} rec/s, 1% poison {poisoned:,.0f} "
+        f"rec/s -> ratio {ratio:.2f} (target >= 0.95); {pairs(ratios)}"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--only", choices=["produce", "consume", "poison"], help="run one comparison only"
+    )
     args = ap.parse_args()
-    n = args.records
+    wanted = {args.only} if args.only else {"produce", "consume", "poison"}
     with local_stack() as stack:
         bootstrap = stack.fleet.bootstrap("local-a")
         admin = KafkaAdmin(bootstrap)
-        kib = b"x" * 1024
-
-        # ---- produce
-        raw_topic = "bench.raw.produce"
-        admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
-        stream = "bench-produce"
-        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
-        raw, ours, xs, ys = median_pair(
-            args.runs,
-            lambda: raw_produce(bootstrap, raw_topic, n, kib),
-            lambda: stream_produce(stack, stream, n, kib),
-        )
-        print(
-            f"produce 1 KiB x {n}: raw {raw:,.0f} rec/s, StreamProducer {ours:,.0f} rec/s "
-            f"-> ratio {ours / raw:.2f} (target >= 0.90); runs raw={xs!r} ours={ys!r}"
-        )
-
-        # ---- consume (small records, pre-produced once)
-        small = b'{"level":"info","msg":"hello world","n":12345}'
-        raw_topic = "bench.raw.consume"
-        admin.create_topics([(raw_topic, PARTITIONS, 1, {})])
-        raw_produce(bootstrap, raw_topic, n, small)
-        stream = "bench-consume"
-        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
-        with StreamProducer(stream, stack.client) as p:
-            for i in range(n):
-                p.send(str(i).encode() + small, key=str(i).encode())
-        raw, ours, xs, ys = median_pair(
-            args.runs,
-            lambda: raw_consume(bootstrap, raw_topic, n),
-            lambda: stream_consume(stack, stream, n),
-        )
-        print(
-            f"consume x {n}: raw (store_offsets per record, commit every 1 s) {raw:,.0f} rec/s, "
-            f"StreamConsumer acks {ours:,.0f} rec/s -> ratio {ours / raw:.2f} (target >= 0.80)"
-        )
-        print(
-            "StreamConsumer time to first record (routing, committed state, assign): "
-            f"median {statistics.median(STARTUP):.2f} s"
-        )
-
-        # ---- poison pills: 1% of records fail every attempt and go to the dlq
-        stream = "bench-poison"
-        stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
-        with StreamProducer(stream, stack.client) as p:
-            for i in range(n):
-                p.send(str(i).encode(), key=str(i).encode())
-        clean, poisoned, xs, ys = median_pair(
-            args.runs,
-            lambda: stream_consume(stack, stream, n, parse=True),
-            lambda: stream_consume(stack, stream, n, poison_every=100, parse=True),
-        )
-        print(
-            f"good-record throughput: clean {clean:,.0f} rec/s, 1% poison {poisoned:,.0f} "
-            f"rec/s -> ratio {poisoned / clean:.2f} (target >= 0.95)"
-        )
+        if "produce" in wanted:
+            compare_produce(stack, admin, bootstrap, args.records, args.runs)
+        if "consume" in wanted:
+            compare_consume(stack, admin, bootstrap, args.records, args.runs)
+        if "poison" in wanted:
+            compare_poison(stack, args.records, args.runs)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,6 @@
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 import time
@@ -48,6 +46,7 @@ from streamplane.client.metrics import METRICS
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers
+from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
 from streamplane.exceptions import ConfigError, KafkaError, ProduceError
@@ -274,8 +273,7 @@ class StreamConsumer:
         self._housekeeping_due = 0.0
         self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
-        self._retries: list[tuple[float, int, StreamMessage]] = []
-        self._seq = itertools.count()
+        self._retries: RetrySchedule[StreamMessage] = RetrySchedule()
         self._pending_routing: RoutingTable | None = None
         self._dlq: StreamProducer | None = None
         self._last_commit = time.monotonic()
@@ -402,7 +400,7 @@ class StreamConsumer:
             by_cluster: dict[str, list[TopicPartition]] = {}
             for k in gone:
                 by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
-                del self._states[k]
+                self._states.pop(k).revoked = True  # its retries are dropped too
                 self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
             for cluster, tps in by_cluster.items():
                 self._consumer(cluster).incremental_unassign(tps)
@@ -630,9 +628,9 @@ class StreamConsumer:
                     f": {error}" if error else ""
                 )
                 self._dead_letter(msg, reason, attempts)
-                return
-            delay = min(self.max_retry_backoff, self.retry_backoff * (2 ** (attempts - 1)))
-            heapq.heappush(self._retries, (time.monotonic() + delay, next(self._seq), msg))
+            else:
+                delay = min(self.max_retry_backoff, self.retry_backoff * (2 ** (attempts - 1)))
+                self._retries.add(msg, delay, time.monotonic())
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
@@ -663,29 +661,29 @@ class StreamConsumer:
                 else:
                     # Not lost: the record stays unsettled and is retried into the dlq.
                     log.warning("dlq write failed (%s); will retry", err)
-                    heapq.heappush(self._retries, (time.monotonic() + 1.0, next(self._seq), msg))
                     msg._done = False
+                    self._retries.add(msg, 1.0, time.monotonic())
 
         self._dlq_pending += 1
         self._dlq.send(msg.value, key=msg.key, headers=headers, on_delivery=delivered)
 
     def _release_due_retries(self) -> None:
-        now = time.monotonic()
+        buffers = self._buffers
         with self._lock:
-            while self._retries and self._retries[0][0] <= now:
-                _, _, old = heapq.heappop(self._retries)
-                if self._states.get(old._state.key) is not old._state:
+            for old in self._retries.pop_due(time.monotonic()):
+                state = old._state
+                if state.revoked:
                     continue  # the unit moved to another member
                 again = StreamMessage(
                     self,
-                    old._state,
+                    state,
                     old._raw,
                     old.offset,
-                    old._state.attempts.get(old.offset, 0),
+                    state.attempts.get(old.offset, 0),
                     old.first_seen_ms,
                 )
                 again.last_error = old.last_error
-                self._buffers[old._state.priority].add(again)
+                buffers[state.priority].add(again)
 
     def _poll_dlq(self, timeout: float) -> None:
         if self._dlq is not None:

@@ -57,6 +57,7 @@ class PartitionState:
         "restored_high",
         "restored_retries_high",
         "restored_skips",
+        "revoked",
         "settled",
     )
 
@@ -82,6 +83,7 @@ class PartitionState:
         self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
         self.fetched_at_report = 0
         self.paused = False
+        self.revoked = False  # this member gave the partition up (its retries are dropped)
         self.restored_skips = 0
         # Highest offset a commit had settled above its low watermark (-1: none). Only
         # fetched offsets up to it can have been settled before: others skip the lookup.
@@ -182,9 +184,8 @@ class PartitionState:
             self.in_flight -= added
             self.acked += added
             attempts = self.attempts
-            if attempts:  # a few records being retried: drop those settled now
-                settled = self.settled
-                for offset in [o for o in attempts if o in settled]:
+            if attempts:  # records being retried: forget the counts of those acked now
+                for offset in attempts.keys() & offsets:
                     del attempts[offset]
             self.dirty = True
         return added

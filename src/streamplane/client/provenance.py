@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Protocol
 
 PREFIX = "sp-dlq-"
@@ -40,19 +41,30 @@ class _Source(Protocol):
 
 def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:
     """The record's own headers plus ``sp-dlq-*`` provenance headers."""
-    own = [(k, v) for k, v in (msg.headers or []) if not k.startswith(PREFIX)]
-    values = {
-        "stream": msg.stream,
-        "lane": msg.lane,
-        "cluster": msg.cluster,
-        "topic": msg.topic,
-        "partition": str(msg.partition),
-        "offset": str(msg.offset),
-        "attempts": str(attempts),
-        "error": error[:2000],
-        "first-seen-ms": str(msg.first_seen_ms),
-    }
-    return own + [(PREFIX + k, values[k].encode()) for k in FIELDS]
+    own = msg.headers
+    return (
+        ([(k, v) for k, v in own if not k.startswith(PREFIX)] if own else [])
+        + _source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition)
+        + [
+            (_OFFSET, str(msg.offset).encode()),
+            (_ATTEMPTS, str(attempts).encode()),
+            (_ERROR, error[:2000].encode()),
+            (_FIRST_SEEN, str(msg.first_seen_ms).encode()),
+        ]
+    )
+
+
+_OFFSET, _ATTEMPTS, _ERROR, _FIRST_SEEN = (PREFIX + f for f in FIELDS[5:])
+
+
+@lru_cache(maxsize=4096)
+def _source_headers(
+    stream: str, lane: str, cluster: str, topic: str, partition: int
+) -> list[tuple[str, bytes]]:
+    """The headers every dead letter of one partition shares (cached: dead-lettering
+    is on the retry path of every poison pill). Callers concatenate, never mutate."""
+    values = (stream, lane, cluster, topic, str(partition))
+    return [(PREFIX + k, v.encode()) for k, v in zip(FIELDS[:5], values, strict=True)]
 
 
 def read_provenance(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:

@@ -115,3 +115,14 @@ def test_ingestion_times_follow_the_in_flight_window_past_a_stuck_record() -> No
     assert p.low_watermark == 50_000
     assert p.low_watermark_timestamp_ms == 51_000
     assert s.fetched_offsets == list(range(50_000, 50_010))
+
+
+def test_acks_forget_the_retry_counts_of_acked_records_only() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 10))
+    for o in (2, 5, 7):
+        s.bump_attempts(o)
+    for o in (0, 1, 2, 3, 7):
+        s.ack(o)
+    assert s.apply_acks() == 5
+    assert s.attempts == {5: 1}  # still retrying: its count is kept
