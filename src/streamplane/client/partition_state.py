@@ -20,6 +20,7 @@ every other call.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
@@ -75,8 +76,8 @@ class PartitionState:
         # Fetched offsets (ascending) and their ingestion times, from about the low
         # watermark on: the timestamp of the record at the low watermark goes into
         # every commit.
-        self.fetched_offsets: list[int] = []
-        self.fetched_timestamps: list[int] = []
+        self.fetched_offsets = array("q")
+        self.fetched_timestamps = array("q")
         self.in_flight = 0  # fetched and not settled
         self.next_fetch: int | None = None
         self.dirty = False
@@ -255,8 +256,8 @@ class PartitionState:
         if len(offsets) > 2 * self.in_flight + 1024:
             # Keep the slices between settled ranges (a bisection per range, no
             # per-record Python work).
-            kept_offsets: list[int] = []
-            kept_timestamps: list[int] = []
+            kept_offsets = array("q")
+            kept_timestamps = array("q")
             lo = 0
             for start, end in self.settled.ranges():
                 i = bisect_left(offsets, start, lo)
