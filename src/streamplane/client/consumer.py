@@ -165,13 +165,22 @@ class StreamMessage:
 class _Run:
     """Fetched records of one partition, in offset order, not handed out yet."""
 
-    __slots__ = ("first_seen_ms", "messages", "pos", "state")
+    __slots__ = ("first_offset", "first_seen_ms", "messages", "pos", "state")
 
-    def __init__(self, state: PartitionState, messages: list[Message], first_seen_ms: int) -> None:
+    def __init__(
+        self,
+        state: PartitionState,
+        messages: list[Message],
+        first_seen_ms: int,
+        first_offset: int | None,
+    ) -> None:
         self.state = state
         self.messages = messages
         self.pos = 0  # the next record to hand out
         self.first_seen_ms = first_seen_ms
+        # The offset of messages[0] when the offsets are consecutive (then the offset
+        # of messages[i] is first_offset + i), else None.
+        self.first_offset = first_offset
 
 
 class _LaneBuffer:
@@ -493,25 +502,33 @@ class StreamConsumer:
                 messages = entry.messages
                 pos = entry.pos
                 end = min(len(messages), pos + room)
-                # Records fetched for the first time: attempts only from a restored commit.
-                attempts = (
-                    state.attempts
-                    if state.restored_retries_high >= messages[pos].offset()  # type: ignore[operator]
-                    else None
+                first_offset = entry.first_offset
+                lowest: int = (
+                    messages[pos].offset() if first_offset is None else first_offset + pos  # type: ignore[assignment]
                 )
+                # Records fetched for the first time: attempts only from a restored commit.
+                attempts = state.attempts if state.restored_retries_high >= lowest else None
                 first_seen_ms = entry.first_seen_ms
-                for m in messages[pos:end] if pos or end < len(messages) else messages:
-                    offset: int = m.offset()  # type: ignore[assignment]
-                    out.append(
-                        StreamMessage(
-                            self,
-                            state,
-                            m,
-                            offset,
-                            attempts.get(offset, 0) if attempts else 0,
-                            first_seen_ms,
+                chunk = messages[pos:end] if pos or end < len(messages) else messages
+                if first_offset is not None and attempts is None:
+                    # The common case: consecutive offsets, first attempts.
+                    offset = lowest
+                    for m in chunk:
+                        out.append(StreamMessage(self, state, m, offset, 0, first_seen_ms))
+                        offset += 1
+                else:
+                    for m in chunk:
+                        offset = m.offset()  # type: ignore[assignment]
+                        out.append(
+                            StreamMessage(
+                                self,
+                                state,
+                                m,
+                                offset,
+                                attempts.get(offset, 0) if attempts else 0,
+                                first_seen_ms,
+                            )
                         )
-                    )
                 if end == len(messages):
                     entries.popleft()
                 else:
@@ -585,14 +602,21 @@ class StreamConsumer:
             return
         with self._lock:
             for state, messages in runs:
-                kept = state.on_fetch_run(
-                    [m.offset() for m in messages],  # type: ignore[misc]
-                    [m.timestamp()[1] for m in messages],
-                )
-                if kept is not None:
-                    messages = [messages[i] for i in kept]
+                first: int = messages[0].offset()  # type: ignore[assignment]
+                timestamps = [m.timestamp()[1] for m in messages]
+                # Consecutive offsets (they only go up within a partition) are recorded
+                # in one step when they follow the previous fetch.
+                consecutive = messages[-1].offset() - first + 1 == len(messages)  # type: ignore[operator]
+                run_first = first if consecutive and state.on_fetch_run(first, timestamps) else None
+                if run_first is None:
+                    on_fetch = state.on_fetch
+                    messages = [
+                        m
+                        for m, ts in zip(messages, timestamps, strict=True)
+                        if on_fetch(m.offset(), ts)  # type: ignore[arg-type]
+                    ]
                 if messages:
-                    self._buffers[state.priority].add_run(_Run(state, messages, now_ms))
+                    self._buffers[state.priority].add_run(_Run(state, messages, now_ms, run_first))
 
     def _flow_control(self) -> None:
         """Pause lanes whose buffer is full and partitions whose in-flight window is."""

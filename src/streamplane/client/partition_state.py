@@ -10,9 +10,9 @@ Acks are the hot path (one per record), so they take no lock: ``ack`` appends th
 offset to a queue (``deque.append`` is atomic) and ``apply_acks`` folds the queue into
 the settled set in runs of consecutive offsets, one ``RangeSet.add_range`` per run.
 Everything that reads the settled state (``unsettled``, ``progress``) applies the
-queue first. Ingestion times are kept in two append-only lists in offset order (a
-fetch never goes back), looked up by bisection and trimmed as the low watermark
-passes; ``settle`` need not touch them.
+queue first. Ingestion times are kept in runs of consecutive offsets
+(``IngestionTimes``), looked up by bisection and trimmed as the low watermark passes;
+``settle`` need not touch them.
 
 Apart from ``ack``, not thread-safe by itself: the consumer holds its lock around
 every other call.
@@ -20,11 +20,10 @@ every other call.
 
 from __future__ import annotations
 
-from array import array
-from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
+from streamplane.client.ingestion_times import IngestionTimes
 from streamplane.core.commitlog import PartitionProgress
 from streamplane.core.rangeset import RangeSet
 
@@ -46,8 +45,6 @@ class PartitionState:
         "dirty",
         "fetched",
         "fetched_at_report",
-        "fetched_offsets",
-        "fetched_timestamps",
         "in_flight",
         "key",
         "lane",
@@ -60,6 +57,7 @@ class PartitionState:
         "restored_skips",
         "revoked",
         "settled",
+        "times",
     )
 
     def __init__(self, key: PartitionKey, lane: str, priority: int) -> None:
@@ -73,11 +71,9 @@ class PartitionState:
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far
-        # Fetched offsets (ascending) and their ingestion times, from about the low
-        # watermark on: the timestamp of the record at the low watermark goes into
-        # every commit.
-        self.fetched_offsets = array("q")
-        self.fetched_timestamps = array("q")
+        # Ingestion times of fetched records from about the low watermark on: the one
+        # of the record at the low watermark goes into every commit.
+        self.times = IngestionTimes()
         self.in_flight = 0  # fetched and not settled
         self.next_fetch: int | None = None
         self.dirty = False
@@ -120,39 +116,27 @@ class PartitionState:
         if offset < self.base or (offset <= self.restored_high and offset in self.settled):
             self.restored_skips += 1
             return False
-        self.fetched_offsets.append(offset)
-        self.fetched_timestamps.append(timestamp_ms)
+        self.times.add(offset, timestamp_ms)
         self.in_flight += 1
         self.fetched += 1
         return True
 
-    def on_fetch_run(self, offsets: list[int], timestamps: list[int]) -> list[int] | None:
-        """Record a run of fetched records (ascending offsets); the indices of the
-        records to hand out, or None for all of them (the common case: contiguous
-        offsets right after the previous fetch, none settled before, costs no
-        per-record Python work)."""
-        first = offsets[0]
-        last = offsets[-1]
+    def on_fetch_run(self, first: int, timestamps: list[int]) -> bool:
+        """Record a run of consecutive offsets ``first, first + 1, ...`` (one per
+        timestamp) in one step, when it is the common case: right after the previous
+        fetch, none of it settled by a restored commit. False: nothing was recorded,
+        call ``on_fetch`` per record instead."""
         if self.base is None:
             self.base = first
         nxt = self.next_fetch
-        if (
-            (nxt is None or nxt == first)
-            and last - first + 1 == len(offsets)
-            and first >= self.base
-            and first > self.restored_high
-        ):
-            self.next_fetch = last + 1
-            self.fetched_offsets.extend(offsets)
-            self.fetched_timestamps.extend(timestamps)
-            n = len(offsets)
+        if (nxt is None or nxt == first) and first >= self.base and first > self.restored_high:
+            n = len(timestamps)
+            self.next_fetch = first + n
+            self.times.add_run(first, timestamps)
             self.in_flight += n
             self.fetched += n
-            return None
-        on_fetch = self.on_fetch
-        return [
-            i for i, (o, t) in enumerate(zip(offsets, timestamps, strict=True)) if on_fetch(o, t)
-        ]
+            return True
+        return False
 
     def ack(self, offset: int) -> None:
         """Settle ``offset`` later, at the next ``apply_acks`` (no lock needed)."""
@@ -218,11 +202,7 @@ class PartitionState:
 
     def timestamp_of(self, offset: int) -> int | None:
         """Ingestion time of a fetched record at or above the low watermark (else None)."""
-        offsets = self.fetched_offsets
-        i = bisect_left(offsets, offset)
-        if i < len(offsets) and offsets[i] == offset:
-            return self.fetched_timestamps[i]
-        return None
+        return self.times.get(offset)
 
     def progress(self, now_ms: int) -> PartitionProgress:
         """The state to commit now; advances ``base`` to the new low watermark."""
@@ -247,24 +227,6 @@ class PartitionState:
         """Drop ingestion times below the low watermark; when settled records above it
         make up most of what is left (a stuck record with acks flowing past it), keep
         only the unsettled ones, so memory follows the in-flight window."""
-        offsets = self.fetched_offsets
-        timestamps = self.fetched_timestamps
-        i = bisect_left(offsets, base)
-        if i:
-            del offsets[:i]
-            del timestamps[:i]
-        if len(offsets) > 2 * self.in_flight + 1024:
-            # Keep the slices between settled ranges (a bisection per range, no
-            # per-record Python work).
-            kept_offsets = array("q")
-            kept_timestamps = array("q")
-            lo = 0
-            for start, end in self.settled.ranges():
-                i = bisect_left(offsets, start, lo)
-                kept_offsets += offsets[lo:i]
-                kept_timestamps += timestamps[lo:i]
-                lo = bisect_left(offsets, end, i)
-            kept_offsets += offsets[lo:]
-            kept_timestamps += timestamps[lo:]
-            self.fetched_offsets = kept_offsets
-            self.fetched_timestamps = kept_timestamps
+        self.times.drop_below(base)
+        if len(self.times) > 2 * self.in_flight + 1024:
+            self.times.keep_unsettled(self.settled)

@@ -108,13 +108,13 @@ def test_ingestion_times_follow_the_in_flight_window_past_a_stuck_record() -> No
     assert p.low_watermark == 0
     assert p.low_watermark_timestamp_ms == 1000
     assert s.unsettled() == 1
-    assert len(s.fetched_offsets) <= 2 * s.unsettled() + 1024  # not every fetched record
+    assert len(s.times) <= 2 * s.unsettled() + 1024  # not every fetched record
     fetched(s, range(50_000, 50_010))
     s.ack(0)
     p = s.progress(now_ms=2)
     assert p.low_watermark == 50_000
     assert p.low_watermark_timestamp_ms == 51_000
-    assert list(s.fetched_offsets) == list(range(50_000, 50_010))
+    assert s.times.offsets() == list(range(50_000, 50_010))
 
 
 def test_acks_forget_the_retry_counts_of_acked_records_only() -> None:
