@@ -18,6 +18,8 @@ FIELDS = (
     "error",
     "first-seen-ms",
 )
+# The per-record fields, after the five every dead letter of a partition shares.
+_OFFSET, _ATTEMPTS, _ERROR, _FIRST_SEEN = (PREFIX + f for f in FIELDS[5:])
 
 
 class _Source(Protocol):
@@ -41,30 +43,24 @@ class _Source(Protocol):
 
 def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:
     """The record's own headers plus ``sp-dlq-*`` provenance headers."""
-    own = msg.headers
-    return (
-        ([(k, v) for k, v in own if not k.startswith(PREFIX)] if own else [])
-        + _source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition)
-        + [
-            (_OFFSET, str(msg.offset).encode()),
-            (_ATTEMPTS, str(attempts).encode()),
-            (_ERROR, error[:2000].encode()),
-            (_FIRST_SEEN, str(msg.first_seen_ms).encode()),
-        ]
-    )
-
-
-_OFFSET, _ATTEMPTS, _ERROR, _FIRST_SEEN = (PREFIX + f for f in FIELDS[5:])
+    return [
+        *((k, v) for k, v in msg.headers or () if not k.startswith(PREFIX)),
+        *_source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition),
+        (_OFFSET, str(msg.offset).encode()),
+        (_ATTEMPTS, str(attempts).encode()),
+        (_ERROR, error[:2000].encode()),
+        (_FIRST_SEEN, str(msg.first_seen_ms).encode()),
+    ]
 
 
 @lru_cache(maxsize=4096)
 def _source_headers(
     stream: str, lane: str, cluster: str, topic: str, partition: int
-) -> list[tuple[str, bytes]]:
+) -> tuple[tuple[str, bytes], ...]:
     """The headers every dead letter of one partition shares (cached: dead-lettering
-    is on the retry path of every poison pill). Callers concatenate, never mutate."""
+    is on the retry path of every poison pill)."""
     values = (stream, lane, cluster, topic, str(partition))
-    return [(PREFIX + k, v.encode()) for k, v in zip(FIELDS[:5], values, strict=True)]
+    return tuple((PREFIX + k, v.encode()) for k, v in zip(FIELDS[:5], values, strict=True))
 
 
 def read_provenance(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, str]:
