@@ -56,7 +56,9 @@ def main() -> None:
 
             return cb
 
-        producer = StreamProducer("bench-failover", control_plane=client).open()
+        producer = StreamProducer(
+            "bench-failover", control_plane=client, delivery_reports="all"
+        ).open()
 
         def produce() -> None:
             nonlocal sent

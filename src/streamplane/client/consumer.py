@@ -330,7 +330,11 @@ class StreamConsumer:
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
         self._buffers = [_LaneBuffer() for _ in lanes]
         self._dlq = StreamProducer(
-            self.stream, self._client, lane=DLQ_LANE, extra_config={"linger.ms": _DLQ_LINGER_MS}
+            self.stream,
+            self._client,
+            lane=DLQ_LANE,
+            extra_config={"linger.ms": _DLQ_LINGER_MS},
+            delivery_reports="all",  # a record settles when its dead letter is acked
         ).open()
         if self._use_assigner:
             self._membership = GroupMembership(

@@ -14,10 +14,14 @@ Exposing them from an application::
 Names (all prefixed ``streamplane_client_``; labels in braces):
 
 - ``produced_total{stream,lane}`` (records handed to ``send``), ``acked_total{stream,lane}``
-  and ``produce_errors_total{stream,lane}`` (delivery reports; a producer counts
-  successes per topic in its delivery callback and hands them over every 1,000 sends
-  and at ``poll``/``flush``),
-  ``produce_latency_seconds{stream}`` (send to delivery report, histogram)
+  and ``produce_errors_total{stream,lane}`` (a producer counts per topic and hands the
+  counts over every 1,000 sends and at ``poll``/``flush``; acknowledged records are
+  counted from delivery reports, or, when only failures are reported, as ``sent -
+  failed - still queued``),
+  ``produce_latency_seconds{stream}`` (send to acknowledgement, histogram: per record
+  from its delivery report when a producer reports every delivery; otherwise
+  estimated from librdkafka's statistics every few seconds, see
+  ``produce_latency_windows``)
 - ``consumed_total{stream,cluster,topic,partition}`` (records fetched: throughput per
   partition) and ``fetch_latency_seconds{stream,cluster}`` (ingestion time to fetch of
   the first record of each fetched batch, histogram)
@@ -34,6 +38,7 @@ entry can lose an update only across a thread switch inside it, which metrics to
 
 from __future__ import annotations
 
+import json
 import time
 import weakref
 from bisect import bisect_left
@@ -81,6 +86,12 @@ class Histogram:
         self.sum += value
         self.count += 1
 
+    def observe_many(self, value: float, n: int) -> None:
+        """``n`` observations of ``value``."""
+        self.counts[bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+        self.count += n
+
     def cumulative(self) -> list[tuple[str, float]]:
         """Prometheus buckets: (upper bound, observations <= it), +Inf last."""
         out = []
@@ -89,6 +100,41 @@ class Histogram:
             running += n
             out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(running)))
         return out
+
+
+# librdkafka's latency windows give percentiles; each stands for the records between the
+# previous percentile and itself (an upper bound for them: never an understatement).
+_WINDOW_SHARES: tuple[tuple[str, float], ...] = (
+    ("p50", 0.50), ("p75", 0.25), ("p90", 0.15), ("p95", 0.05), ("p99", 0.04),
+    ("p99_99", 0.0099), ("max", 0.0001),
+)  # fmt: skip
+
+
+def latency_window_points(stats: Mapping[str, Any]) -> list[tuple[float, int]]:
+    """(seconds, records) points that approximate the produce latency of the records a
+    librdkafka producer sent in its last statistics window.
+
+    Per broker, a record's latency is its time in the producer's queue
+    (``int_latency``, one sample per record), in the output buffer (``outbuf_latency``)
+    and the produce request's round trip (``rtt``), all in microseconds; the windows
+    only give percentiles, so the point for each percentile adds the three.
+    """
+    points: list[tuple[float, int]] = []
+    for broker in stats.get("brokers", {}).values():
+        if broker.get("nodeid", -1) < 0:
+            continue  # bootstrap and internal pseudo-brokers
+        queue, outbuf, rtt = broker["int_latency"], broker["outbuf_latency"], broker["rtt"]
+        records = int(queue.get("cnt", 0))
+        given = 0
+        share = 0.0
+        for name, part in _WINDOW_SHARES:
+            share += part
+            n = round(records * share) - given  # cumulative rounding: they add up
+            if n > 0:
+                seconds = (queue[name] + outbuf.get(name, 0) + rtt.get(name, 0)) / 1e6
+                points.append((seconds, n))
+                given += n
+    return points
 
 
 def _lane_of(topic: str | None) -> str:
@@ -132,6 +178,16 @@ class ClientMetrics:
             self.produce_errors[key] += 1
         if latency_s is not None and latency_s >= 0:
             self.produce_latency[(stream,)].observe(latency_s)
+
+    def produce_latency_windows(self, stream: str, stats_json: str) -> None:
+        """A producer's librdkafka statistics: its latency windows into the histogram."""
+        try:
+            points = latency_window_points(json.loads(stats_json))
+        except (ValueError, KeyError, TypeError):
+            return  # statistics of an unexpected shape: no latency, never an error
+        h = self.produce_latency[(stream,)]
+        for seconds, n in points:
+            h.observe_many(seconds, n)
 
     def delivered_by_topic(self, stream: str, counts: Mapping[str, int]) -> None:
         """Successful deliveries a producer counted per topic since it last reported."""
@@ -238,7 +294,8 @@ class ClientMetricsCollector(Collector):
         )
         yield _histogram(
             "produce_latency_seconds",
-            "From send() to the delivery report.",
+            "From send() to the acknowledgement (estimated from librdkafka's windows "
+            "unless every delivery is reported).",
             ("stream",),
             m.produce_latency,
         )

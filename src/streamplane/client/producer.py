@@ -8,6 +8,14 @@ idempotent producer with ``acks=all``, so a retry never duplicates a record.
 
 Delivery errors reach the caller: through ``on_delivery`` when given, otherwise they
 are collected and ``flush()`` raises ``ProduceError``.
+
+By default librdkafka reports failed deliveries only (``delivery.report.only.error``):
+a report per successful record costs the producing thread about as much as the
+``produce`` call itself (confluent-kafka builds a Python message for each). Then the
+acknowledged count is ``sent - failed - still queued`` per topic (a lower bound, exact
+whenever the queue is empty) and the produce latency histogram comes from librdkafka's
+own latency windows. ``delivery_reports="all"`` reports every record, and is needed to
+pass ``on_delivery`` to ``send``.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import Message, Producer
@@ -37,10 +45,28 @@ log = logging.getLogger(__name__)
 
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
+DeliveryReports = Literal["errors", "all"]
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 _POLL_EVERY = 1000
+# How often librdkafka hands over its statistics (the produce latency windows) when
+# only failures are reported.
+_STATISTICS_INTERVAL_MS = 5000
+
+
+class _TopicCounts:
+    """What one producer sent to one topic; published to METRICS when it polls."""
+
+    __slots__ = ("acked", "failed", "metric_key", "producer", "published_sent", "sent")
+
+    def __init__(self, producer: Producer, metric_key: tuple[str, str]) -> None:
+        self.producer = producer
+        self.metric_key = metric_key  # (stream, lane)
+        self.sent = 0  # records handed to produce()
+        self.published_sent = 0
+        self.failed = 0  # failed delivery reports served
+        self.acked = 0  # acknowledged records published so far
 
 
 @dataclass(frozen=True)
@@ -49,7 +75,7 @@ class _Route:
     topic: str
     cluster: str
     epoch: int
-    metric_key: tuple[str, str]  # (stream, lane): the produced counter's labels
+    counts: _TopicCounts
 
 
 class StreamProducer:
@@ -62,6 +88,8 @@ class StreamProducer:
     ``max_record_bytes`` bounds key + value (default: the stream's own bound);
     ``max_batch_bytes`` bounds each batch by *uncompressed* size.
     ``extra_config`` passes librdkafka settings through (dotted keys).
+    ``delivery_reports``: ``"errors"`` (default, the fast path) or ``"all"`` (a report
+    per record, required for ``send(on_delivery=...)``).
     """
 
     def __init__(
@@ -73,23 +101,29 @@ class StreamProducer:
         max_record_bytes: int | None = None,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         extra_config: Mapping[str, Any] | None = None,
+        delivery_reports: DeliveryReports = "errors",
     ) -> None:
         if max_batch_bytes < 1024:
             raise ConfigError("max_batch_bytes must be at least 1024")
+        if delivery_reports not in ("errors", "all"):
+            raise ConfigError("delivery_reports must be 'errors' or 'all'")
         self.stream = stream
         self._client = control_plane
         self._default_lane = lane
         self._max_record_bytes = max_record_bytes
         self._max_batch_bytes = max_batch_bytes
         self._extra = dict(extra_config or {})
+        self._all_reports = delivery_reports == "all"
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.Lock()
         self._producers: dict[str, Producer] = {}
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
-        # Deliveries counted per topic in the delivery callback (one dict increment),
-        # handed to METRICS whenever the producer polls.
+        self._counts: dict[str, _TopicCounts] = {}  # by topic, retired ones included
+        self._retired_counts: list[_TopicCounts] = []
+        # With every delivery reported: successes counted per topic in the delivery
+        # callback (one dict increment), handed to METRICS whenever the producer polls.
         self._delivered: defaultdict[str, int] = defaultdict(int)
         self._latency = METRICS.produce_latency[(stream,)]
         self._sent_since_poll = 0
@@ -169,6 +203,15 @@ class StreamProducer:
                     "batch.size": self._max_batch_bytes,
                     "message.max.bytes": max(self._max_record_bytes + 64 * 1024, 1_000_000),
                     "on_delivery": self._on_delivery,
+                    "delivery.report.only.error": not self._all_reports,
+                    **(
+                        {}
+                        if self._all_reports
+                        else {
+                            "statistics.interval.ms": _STATISTICS_INTERVAL_MS,
+                            "stats_cb": self._on_statistics,
+                        }
+                    ),
                     **self._extra,
                 },
             )
@@ -181,13 +224,13 @@ class StreamProducer:
             routes: dict[str, _Route] = {}
             for lane in table.all_lanes:
                 seg = table.active(lane)
-                routes[lane] = _Route(
-                    self._producer_for(seg.cluster),
-                    seg.topic,
-                    seg.cluster,
-                    seg.epoch,
-                    (self.stream, lane),
-                )
+                producer = self._producer_for(seg.cluster)
+                counts = self._counts.get(seg.topic)
+                if counts is None or counts.producer is not producer:
+                    if counts is not None:  # the topic's cluster producer was replaced
+                        self._retired_counts.append(counts)
+                    counts = self._counts[seg.topic] = _TopicCounts(producer, (self.stream, lane))
+                routes[lane] = _Route(producer, seg.topic, seg.cluster, seg.epoch, counts)
             old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
@@ -222,6 +265,11 @@ class StreamProducer:
                 f"record of {size} bytes exceeds the stream's bound "
                 f"of {self._max_record_bytes} bytes"
             )
+        if on_delivery is not None and not self._all_reports:
+            raise ConfigError(
+                "send(on_delivery=...) needs StreamProducer(..., delivery_reports='all'): "
+                "this producer has librdkafka report failed deliveries only"
+            )
         producer = route.producer
         while True:
             try:
@@ -237,7 +285,7 @@ class StreamProducer:
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
-        METRICS.produced[route.metric_key] += 1  # metrics
+        route.counts.sent += 1
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
             self._sent_since_poll = 0
@@ -273,15 +321,26 @@ class StreamProducer:
         )
 
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
-        # Runs once per record (in poll/flush): keep it to a few operations.
+        # With every delivery reported, this runs once per record (in poll/flush): keep
+        # it to a few operations.
         if err is None:
             self._delivered[msg.topic()] += 1  # type: ignore[index]
             latency = msg.latency()
             if latency is not None and latency >= 0:
                 self._latency.observe(latency)
             return
-        METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
+        self._count_failure(err, msg)
         self._failures.append((err, msg))
+
+    def _count_failure(self, err: _RawKafkaError, msg: Message) -> None:
+        METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
+        counts = self._counts.get(msg.topic() or "")
+        if counts is not None:
+            counts.failed += 1
+
+    def _on_statistics(self, stats_json: str) -> None:
+        """librdkafka's statistics (every few seconds): the produce latency windows."""
+        METRICS.produce_latency_windows(self.stream, stats_json)
 
     def _on_own_delivery(
         self, callback: DeliveryCallback, err: _RawKafkaError | None, msg: Message
@@ -291,10 +350,25 @@ class StreamProducer:
         if err is None:
             self._on_delivery(None, msg)  # counted like the others
         else:
-            METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
+            self._count_failure(err, msg)
         callback(err, msg)
 
     def _report_deliveries(self) -> None:
+        """Publish what was sent and acknowledged since the last report to METRICS."""
+        produced = METRICS.produced
+        acked = METRICS.delivered
+        for counts in [*self._counts.values(), *self._retired_counts]:
+            if counts.sent != counts.published_sent:
+                produced[counts.metric_key] += counts.sent - counts.published_sent
+                counts.published_sent = counts.sent
+            if not self._all_reports:
+                # Everything not failed and no longer queued (queued includes reports
+                # not served yet) was acknowledged: a lower bound for this topic, since
+                # the queue may hold other topics' records too.
+                settled = counts.sent - counts.failed - len(counts.producer)
+                if settled > counts.acked:
+                    acked[counts.metric_key] += settled - counts.acked
+                    counts.acked = settled
         delivered = self._delivered
         if delivered:
             self._delivered = defaultdict(int)

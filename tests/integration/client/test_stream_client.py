@@ -15,7 +15,13 @@ from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import read_provenance
-from streamplane.exceptions import ConfigError, ControlPlaneUnavailable, NotFound, RecordTooLarge
+from streamplane.exceptions import (
+    ConfigError,
+    ControlPlaneUnavailable,
+    NotFound,
+    ProduceError,
+    RecordTooLarge,
+)
 
 
 def consume_until(
@@ -214,7 +220,7 @@ def test_records_with_their_own_callback_are_counted_too(
 
     stream = stream_factory(cluster="local-a", partitions=1, lanes=("realtime",))
     reports: list[object] = []
-    with StreamProducer(stream, control_plane.client()) as producer:
+    with StreamProducer(stream, control_plane.client(), delivery_reports="all") as producer:
         for i in range(10):
             producer.send(str(i).encode(), on_delivery=lambda err, _msg: reports.append(err))
         producer.send(b"no callback")
@@ -222,3 +228,40 @@ def test_records_with_their_own_callback_are_counted_too(
     assert reports == [None] * 10
     assert METRICS.delivered[(stream, "realtime")] == 11
     assert METRICS.produced[(stream, "realtime")] == 11
+
+
+def test_failures_only_reports_count_acks_and_surface_errors(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """The default producer has librdkafka report failed deliveries only: acks are
+    counted as sent - failed - queued, and failures still reach the caller."""
+    from streamplane.client.metrics import METRICS
+
+    stream = stream_factory(cluster="local-a", partitions=2, lanes=("realtime",))
+    client = control_plane.client()
+    statistics = {"statistics.interval.ms": 100}
+    with StreamProducer(stream, client, extra_config=statistics) as producer:
+        for i in range(2500):  # past two of the reports made every 1,000 sends
+            producer.send(str(i).encode(), key=str(i).encode())
+        with pytest.raises(ConfigError, match="delivery_reports='all'"):
+            producer.send(b"x", on_delivery=lambda err, msg: None)
+        producer.flush()
+        assert METRICS.produced[(stream, "realtime")] == 2500
+        assert METRICS.delivered[(stream, "realtime")] == 2500
+        # librdkafka's latency windows account for every record once.
+        latency = METRICS.produce_latency[(stream,)]
+        deadline = time.monotonic() + 10
+        while latency.count < 2500 and time.monotonic() < deadline:
+            producer.poll(0.1)
+        assert latency.count == 2500
+    # Every record timing out (nothing listens at the bootstrap address): flush raises
+    # and nothing is counted as acknowledged.
+    unreachable = {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 50}
+    failing = StreamProducer(stream, client, extra_config=unreachable).open()
+    for i in range(10):
+        failing.send(str(i).encode())
+    with pytest.raises(ProduceError, match="10 records could not be delivered"):
+        failing.flush(10)
+    failing.close()
+    assert METRICS.produce_errors[(stream, "realtime")] == 10
+    assert METRICS.delivered[(stream, "realtime")] == 2500

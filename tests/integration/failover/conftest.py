@@ -214,7 +214,9 @@ def consume_ids(
 
 
 def producer_for(client: ControlPlaneClient, stream: str, **extra: Any) -> StreamProducer:
-    return StreamProducer(stream, control_plane=client, extra_config=extra or None).open()
+    return StreamProducer(
+        stream, control_plane=client, extra_config=extra or None, delivery_reports="all"
+    ).open()
 
 
 __all__: Sequence[str] = ()
