@@ -16,12 +16,9 @@ Names (all prefixed ``streamplane_client_``; labels in braces):
 - ``produced_total{stream,lane}`` (records handed to ``send``), ``acked_total{stream,lane}``
   and ``produce_errors_total{stream,lane}`` (a producer counts per topic and hands the
   counts over every 1,000 sends and at ``poll``/``flush``; acknowledged records are
-  counted from delivery reports, or, when only failures are reported, as ``sent -
-  failed - still queued``),
-  ``produce_latency_seconds{stream}`` (send to acknowledgement, histogram: per record
-  from its delivery report when a producer reports every delivery; otherwise
-  estimated from librdkafka's statistics every few seconds, see
-  ``produce_latency_windows``)
+  counted as ``sent - failed - still queued``),
+  ``produce_latency_seconds{stream}`` (send to acknowledgement, histogram estimated
+  from librdkafka's statistics every few seconds, see ``produce_latency_windows``)
 - ``consumed_total{stream,cluster,topic,partition}`` (records fetched: throughput per
   partition) and ``fetch_latency_seconds{stream,cluster}`` (ingestion time to fetch of
   the first record of each fetched batch, histogram)
@@ -189,11 +186,6 @@ class ClientMetrics:
         for seconds, n in points:
             h.observe_many(seconds, n)
 
-    def delivered_by_topic(self, stream: str, counts: Mapping[str, int]) -> None:
-        """Successful deliveries a producer counted per topic since it last reported."""
-        for topic, n in counts.items():
-            self.delivered[(stream, _lane_of(topic))] += n
-
     def fetch_latency_of(self, stream: str, cluster: str, first: Any) -> None:
         """The ingestion-to-fetch latency of a fetched batch's first record. (Records per
         partition are counted by the consumers' partition states, read at scrape time.)"""
@@ -294,8 +286,7 @@ class ClientMetricsCollector(Collector):
         )
         yield _histogram(
             "produce_latency_seconds",
-            "From send() to the acknowledgement (estimated from librdkafka's windows "
-            "unless every delivery is reported).",
+            "From send() to the acknowledgement (estimated from librdkafka's windows).",
             ("stream",),
             m.produce_latency,
         )

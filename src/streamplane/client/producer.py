@@ -11,11 +11,11 @@ are collected and ``flush()`` raises ``ProduceError``.
 
 By default librdkafka reports failed deliveries only (``delivery.report.only.error``):
 a report per successful record costs the producing thread about as much as the
-``produce`` call itself (confluent-kafka builds a Python message for each). Then the
-acknowledged count is ``sent - failed - still queued`` per topic (a lower bound, exact
-whenever the queue is empty) and the produce latency histogram comes from librdkafka's
-own latency windows. ``delivery_reports="all"`` reports every record, and is needed to
-pass ``on_delivery`` to ``send``.
+``produce`` call itself (confluent-kafka builds a Python message for each).
+``delivery_reports="all"`` reports every record, and is needed to pass ``on_delivery``
+to ``send``. Either way the acknowledged count is ``sent - failed - still queued`` per
+topic (a lower bound, exact whenever the queue is empty) and the produce latency
+histogram comes from librdkafka's latency windows (``statistics.interval.ms``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -50,8 +49,7 @@ DeliveryReports = Literal["errors", "all"]
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 _POLL_EVERY = 1000
-# How often librdkafka hands over its statistics (the produce latency windows) when
-# only failures are reported.
+# How often librdkafka hands over its statistics (the produce latency windows).
 _STATISTICS_INTERVAL_MS = 5000
 
 
@@ -122,10 +120,7 @@ class StreamProducer:
         self._failures: list[tuple[_RawKafkaError, Message]] = []
         self._counts: dict[str, _TopicCounts] = {}  # by topic, retired ones included
         self._retired_counts: list[_TopicCounts] = []
-        # With every delivery reported: successes counted per topic in the delivery
-        # callback (one dict increment), handed to METRICS whenever the producer polls.
-        self._delivered: defaultdict[str, int] = defaultdict(int)
-        self._latency = METRICS.produce_latency[(stream,)]
+        METRICS.produce_latency[(stream,)]  # exported from the start, empty until measured
         self._sent_since_poll = 0
         self._epoch = 0
         self._opened = False
@@ -204,14 +199,8 @@ class StreamProducer:
                     "message.max.bytes": max(self._max_record_bytes + 64 * 1024, 1_000_000),
                     "on_delivery": self._on_delivery,
                     "delivery.report.only.error": not self._all_reports,
-                    **(
-                        {}
-                        if self._all_reports
-                        else {
-                            "statistics.interval.ms": _STATISTICS_INTERVAL_MS,
-                            "stats_cb": self._on_statistics,
-                        }
-                    ),
+                    "statistics.interval.ms": _STATISTICS_INTERVAL_MS,
+                    "stats_cb": self._on_statistics,
                     **self._extra,
                 },
             )
@@ -321,16 +310,10 @@ class StreamProducer:
         )
 
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
-        # With every delivery reported, this runs once per record (in poll/flush): keep
-        # it to a few operations.
-        if err is None:
-            self._delivered[msg.topic()] += 1  # type: ignore[index]
-            latency = msg.latency()
-            if latency is not None and latency >= 0:
-                self._latency.observe(latency)
-            return
-        self._count_failure(err, msg)
-        self._failures.append((err, msg))
+        # With every delivery reported this runs once per record (in poll/flush).
+        if err is not None:
+            self._count_failure(err, msg)
+            self._failures.append((err, msg))
 
     def _count_failure(self, err: _RawKafkaError, msg: Message) -> None:
         METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
@@ -345,11 +328,9 @@ class StreamProducer:
     def _on_own_delivery(
         self, callback: DeliveryCallback, err: _RawKafkaError | None, msg: Message
     ) -> None:
-        """A record sent with its own ``on_delivery``: counted, then the caller's
-        callback decides what a failure means."""
-        if err is None:
-            self._on_delivery(None, msg)  # counted like the others
-        else:
+        """A record sent with its own ``on_delivery``: a failure is counted, then the
+        caller's callback decides what it means."""
+        if err is not None:
             self._count_failure(err, msg)
         callback(err, msg)
 
@@ -361,18 +342,13 @@ class StreamProducer:
             if counts.sent != counts.published_sent:
                 produced[counts.metric_key] += counts.sent - counts.published_sent
                 counts.published_sent = counts.sent
-            if not self._all_reports:
-                # Everything not failed and no longer queued (queued includes reports
-                # not served yet) was acknowledged: a lower bound for this topic, since
-                # the queue may hold other topics' records too.
-                settled = counts.sent - counts.failed - len(counts.producer)
-                if settled > counts.acked:
-                    acked[counts.metric_key] += settled - counts.acked
-                    counts.acked = settled
-        delivered = self._delivered
-        if delivered:
-            self._delivered = defaultdict(int)
-            METRICS.delivered_by_topic(self.stream, delivered)
+            # Everything not failed and no longer queued (queued includes reports not
+            # served yet) was acknowledged: a lower bound for this topic, since the
+            # queue may hold other topics' records too.
+            settled = counts.sent - counts.failed - len(counts.producer)
+            if settled > counts.acked:
+                acked[counts.metric_key] += settled - counts.acked
+                counts.acked = settled
 
 
 def _drain(producer: Producer) -> None:

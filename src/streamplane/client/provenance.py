@@ -43,14 +43,16 @@ class _Source(Protocol):
 
 def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:
     """The record's own headers plus ``sp-dlq-*`` provenance headers."""
-    return [
-        *((k, v) for k, v in msg.headers or () if not k.startswith(PREFIX)),
-        *_source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition),
-        (_OFFSET, str(msg.offset).encode()),
-        (_ATTEMPTS, str(attempts).encode()),
+    own = msg.headers
+    headers = [h for h in own if not h[0].startswith(PREFIX)] if own else []
+    headers += _source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition)
+    headers += (
+        (_OFFSET, b"%d" % msg.offset),
+        (_ATTEMPTS, b"%d" % attempts),
         (_ERROR, error[:2000].encode()),
-        (_FIRST_SEEN, str(msg.first_seen_ms).encode()),
-    ]
+        (_FIRST_SEEN, b"%d" % msg.first_seen_ms),
+    )
+    return headers
 
 
 @lru_cache(maxsize=4096)
