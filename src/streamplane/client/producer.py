@@ -316,7 +316,8 @@ class StreamProducer:
             self._failures.append((err, msg))
 
     def _count_failure(self, err: _RawKafkaError, msg: Message) -> None:
-        METRICS.delivery_report(self.stream, msg.topic(), err, msg.latency())  # metrics
+        # No latency: the histogram comes from librdkafka's windows alone.
+        METRICS.delivery_report(self.stream, msg.topic(), err, None)  # metrics
         counts = self._counts.get(msg.topic() or "")
         if counts is not None:
             counts.failed += 1
