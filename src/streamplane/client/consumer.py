@@ -71,36 +71,24 @@ _DLQ_LINGER_MS = 100
 
 
 class StreamMessage:
-    """One record handed to the application. Settle it with ack, nack or reject."""
+    """One record handed to the application. Settle it with ack, nack or reject.
 
-    __slots__ = (
-        "_consumer",
-        "_done",
-        "_raw",
-        "_state",
-        "attempts",
-        "first_seen_ms",
-        "last_error",
-        "offset",
-    )
+    A first delivery carries four fields (one is made per record on the hot path);
+    everything else is read through the fetch run it came in or its raw message.
+    """
 
-    def __init__(
-        self,
-        consumer: StreamConsumer,
-        state: PartitionState,
-        raw: Message,
-        offset: int,
-        attempts: int,
-        first_seen_ms: int,
-    ) -> None:
-        self._consumer = consumer
-        self._state = state
+    __slots__ = ("_done", "_raw", "_run", "offset")
+
+    # A first delivery: no attempts before, no error. A redelivery (``_Redelivery``)
+    # carries its own.
+    attempts = 0
+    last_error: str | None = None
+
+    def __init__(self, run: _Run, raw: Message, offset: int) -> None:
+        self._run = run
         self._raw = raw  # key, value, headers and timestamp are read from it when asked
         self._done = False
         self.offset = offset
-        self.attempts = attempts  # attempts before this delivery
-        self.first_seen_ms = first_seen_ms  # when this consumer first fetched it
-        self.last_error: str | None = None
 
     @property
     def key(self) -> bytes | None:
@@ -121,39 +109,44 @@ class StreamMessage:
         return ts
 
     @property
+    def first_seen_ms(self) -> int:
+        """When this consumer first fetched the record (ms since the epoch)."""
+        return self._run.first_seen_ms
+
+    @property
     def stream(self) -> str:
-        return self._consumer.stream
+        return self._run.consumer.stream
 
     @property
     def lane(self) -> str:
-        return self._state.lane
+        return self._run.state.lane
 
     @property
     def cluster(self) -> str:
-        return self._state.key.cluster
+        return self._run.state.key.cluster
 
     @property
     def topic(self) -> str:
-        return self._state.key.topic
+        return self._run.state.key.topic
 
     @property
     def partition(self) -> int:
-        return self._state.key.partition
+        return self._run.state.key.partition
 
     def ack(self) -> None:
         """Done: the record is settled (thread-safe, and takes no lock: the hot path)."""
         if self._done:
             return
         self._done = True
-        self._state.acks.append(self.offset)  # applied at the next housekeeping or commit
+        self._run.acks.append(self.offset)  # applied at the next housekeeping or commit
 
     def nack(self, error: BaseException | str | None = None) -> None:
         """Retry later with backoff, without blocking newer records."""
-        self._consumer._nack(self, None if error is None else str(error))
+        self._run.consumer._nack(self, None if error is None else str(error))
 
     def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected)."""
-        self._consumer._reject(self, reason, dlq)
+        self._run.consumer._reject(self, reason, dlq)
 
     def __repr__(self) -> str:
         return (
@@ -162,19 +155,37 @@ class StreamMessage:
         )
 
 
-class _Run:
-    """Fetched records of one partition, in offset order, not handed out yet."""
+class _Redelivery(StreamMessage):
+    """A record handed out again: after a nack, or restored with retry counts."""
 
-    __slots__ = ("first_offset", "first_seen_ms", "messages", "pos", "state")
+    __slots__ = ("attempts", "last_error")
+
+    def __init__(
+        self, run: _Run, raw: Message, offset: int, attempts: int, last_error: str | None
+    ) -> None:
+        super().__init__(run, raw, offset)
+        self.attempts = attempts  # attempts before this delivery
+        self.last_error = last_error
+
+
+class _Run:
+    """Fetched records of one partition, in offset order, as fetched together. Its
+    records are handed out from ``pos`` on; a handed-out record keeps its run (the
+    partition, the consumer, when the run was fetched), not the records after it."""
+
+    __slots__ = ("acks", "consumer", "first_offset", "first_seen_ms", "messages", "pos", "state")
 
     def __init__(
         self,
+        consumer: StreamConsumer,
         state: PartitionState,
         messages: list[Message],
         first_seen_ms: int,
         first_offset: int | None,
     ) -> None:
+        self.consumer = consumer
         self.state = state
+        self.acks = state.acks  # the partition's ack queue (never replaced)
         self.messages = messages
         self.pos = 0  # the next record to hand out
         self.first_seen_ms = first_seen_ms
@@ -212,7 +223,7 @@ class _LaneBuffer:
                 if e.state.key not in keys:
                     kept.append(e)
                     size += len(e.messages) - e.pos
-            elif e._state.key not in keys:
+            elif e._run.state.key not in keys:
                 kept.append(e)
                 size += 1
         self.entries = kept
@@ -512,29 +523,25 @@ class StreamConsumer:
                 )
                 # Records fetched for the first time: attempts only from a restored commit.
                 attempts = state.attempts if state.restored_retries_high >= lowest else None
-                first_seen_ms = entry.first_seen_ms
                 chunk = messages[pos:end] if pos or end < len(messages) else messages
                 if first_offset is not None and attempts is None:
                     # The common case: consecutive offsets, first attempts.
                     offset = lowest
                     for m in chunk:
-                        out.append(StreamMessage(self, state, m, offset, 0, first_seen_ms))
+                        out.append(StreamMessage(entry, m, offset))
                         offset += 1
                 else:
                     for m in chunk:
                         offset = m.offset()  # type: ignore[assignment]
+                        before = attempts.get(offset, 0) if attempts else 0
                         out.append(
-                            StreamMessage(
-                                self,
-                                state,
-                                m,
-                                offset,
-                                attempts.get(offset, 0) if attempts else 0,
-                                first_seen_ms,
-                            )
+                            _Redelivery(entry, m, offset, before, None)
+                            if before
+                            else StreamMessage(entry, m, offset)
                         )
                 if end == len(messages):
                     entries.popleft()
+                    entry.messages = []  # handed out: its records live in their messages
                 else:
                     entry.pos = end
                 buf.size -= end - pos
@@ -620,7 +627,9 @@ class StreamConsumer:
                         if on_fetch(m.offset(), ts)  # type: ignore[arg-type]
                     ]
                 if messages:
-                    self._buffers[state.priority].add_run(_Run(state, messages, now_ms, run_first))
+                    self._buffers[state.priority].add_run(
+                        _Run(self, state, messages, now_ms, run_first)
+                    )
 
     def _flow_control(self) -> None:
         """Pause lanes whose buffer is full and partitions whose in-flight window is."""
@@ -657,8 +666,8 @@ class StreamConsumer:
             if msg._done:
                 return
             msg._done = True
-            msg.last_error = error
-            attempts = msg._state.bump_attempts(msg.offset)
+            state = msg._run.state
+            attempts = state.bump_attempts(msg.offset)
             self.stats["nacked"] += 1
             if attempts >= self.max_attempts:
                 reason = f"max attempts ({self.max_attempts}) reached" + (
@@ -667,18 +676,20 @@ class StreamConsumer:
                 self._dead_letter(msg, reason, attempts)
             else:
                 delay = min(self.max_retry_backoff, self.retry_backoff * (2 ** (attempts - 1)))
-                self._retries.add(msg, delay, time.monotonic())
+                again = _Redelivery(msg._run, msg._raw, msg.offset, attempts, error)
+                self._retries.add(again, delay, time.monotonic())
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
             if msg._done:
                 return
             msg._done = True
-            attempts = msg._state.attempts.get(msg.offset, 0) + 1
+            state = msg._run.state
+            attempts = state.attempts.get(msg.offset, 0) + 1
             if dlq:
                 self._dead_letter(msg, reason, attempts)
             else:
-                msg._state.settle(msg.offset, rejected=True)
+                state.settle(msg.offset, rejected=True)
                 self.stats["rejected"] += 1
 
     def _dead_letter(self, msg: StreamMessage, reason: str, attempts: int) -> None:
@@ -696,7 +707,7 @@ class StreamConsumer:
         with self._lock:
             self._dlq_pending -= 1
             if err is None:
-                msg._state.settle(msg.offset, rejected=True)
+                msg._run.state.settle(msg.offset, rejected=True)
                 self.stats["rejected"] += 1
                 self.stats["dlq"] += 1
             else:
@@ -706,21 +717,13 @@ class StreamConsumer:
                 self._retries.add(msg, 1.0, time.monotonic())
 
     def _release_due_retries(self) -> None:
+        """Hand out again the records whose backoff is over."""
         buffers = self._buffers
         with self._lock:
-            for old in self._retries.pop_due(time.monotonic()):
-                state = old._state
+            for again in self._retries.pop_due(time.monotonic()):
+                state = again._run.state
                 if state.revoked:
                     continue  # the unit moved to another member
-                again = StreamMessage(
-                    self,
-                    state,
-                    old._raw,
-                    old.offset,
-                    state.attempts.get(old.offset, 0),
-                    old.first_seen_ms,
-                )
-                again.last_error = old.last_error
                 buffers[state.priority].add(again)
 
     def _poll_dlq(self, timeout: float) -> None:

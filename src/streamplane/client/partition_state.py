@@ -7,8 +7,10 @@ unsettled record was attempted, the ingestion time of the fetched records, and t
 commit-log codec and back.
 
 Acks are the hot path (one per record), so they take no lock: ``ack`` appends the
-offset to a queue (``deque.append`` is atomic) and ``apply_acks`` folds the queue into
-the settled set in runs of consecutive offsets, one ``RangeSet.add_range`` per run.
+offset to a list (``list.append`` is one step under the GIL) and ``apply_acks`` takes
+the queued offsets with a slice and a ``del`` of that slice (an ack appended between
+the two lands after it and is kept), then folds them into the settled set through
+``RangeSet.add_sorted``: one ``add_range`` per run of consecutive offsets.
 Everything that reads the settled state (``unsettled``, ``progress``) applies the
 queue first. Ingestion times are kept in runs of consecutive offsets
 (``IngestionTimes``), looked up by bisection and trimmed as the low watermark passes;
@@ -20,7 +22,7 @@ every other call.
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from streamplane.client.ingestion_times import IngestionTimes
@@ -67,7 +69,7 @@ class PartitionState:
         self.base: int | None = None  # every offset below is settled (last low watermark)
         self.settled = RangeSet()  # settled offsets at or above base
         self.rejected = RangeSet()
-        self.acks: deque[int] = deque()  # acked offsets not applied to ``settled`` yet
+        self.acks: list[int] = []  # acked offsets not applied to ``settled`` yet
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far
@@ -148,23 +150,13 @@ class PartitionState:
         n = len(acks)
         if not n:
             return 0
-        popleft = acks.popleft
-        offsets = sorted([popleft() for _ in range(n)])
-        base = self.base if self.base is not None else 0
-        add_range = self.settled.add_range
-        added = 0
-        start = prev = -2
-        for offset in offsets:
-            if offset == prev + 1:
-                prev = offset
-                continue
-            if offset == prev or offset < base:
-                continue
-            if start >= 0:
-                added += add_range(start, prev + 1)
-            start = prev = offset
-        if start >= 0:
-            added += add_range(start, prev + 1)
+        offsets = acks[:n]
+        del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
+        offsets.sort()
+        base = self.base
+        if base is not None and offsets[0] < base:  # settled by an earlier commit
+            offsets = offsets[bisect_left(offsets, base) :]
+        added = self.settled.add_sorted(offsets)
         if added:
             self.in_flight -= added
             self.acked += added

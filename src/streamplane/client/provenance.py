@@ -37,8 +37,10 @@ class _Source(Protocol):
     @property
     def headers(self) -> list[tuple[str, bytes]] | None: ...
 
+    @property
+    def first_seen_ms(self) -> int: ...
+
     offset: int
-    first_seen_ms: int
 
 
 def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:

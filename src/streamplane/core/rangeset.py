@@ -158,6 +158,40 @@ class RangeSet:
         self._count += added
         return added
 
+    def add_sorted(self, offsets: list[int]) -> int:
+        """Add ascending integers (duplicates allowed); returns how many were new.
+
+        A consumer folds its queued acknowledgements through here, a few hundred at a
+        time, mostly one run of consecutive offsets. The Python work is per run, not
+        per integer: once duplicates are gone (a set, in C), a slice ``[i, j)`` is one
+        run exactly when ``offsets[j - 1] - offsets[i] == j - 1 - i``, so the end of
+        each run is found by bisection and the run is one ``add_range``.
+        """
+        n = len(offsets)
+        if not n:
+            return 0
+        unique = set(offsets)
+        if len(unique) != n:
+            offsets = sorted(unique)
+            n = len(offsets)
+        add_range = self.add_range
+        added = 0
+        i = 0
+        while i < n:
+            first = offsets[i]
+            if offsets[-1] - first == n - 1 - i:  # the rest is one run (the usual case)
+                return added + add_range(first, offsets[-1] + 1)
+            lo, hi = i + 1, n - 1  # offsets[lo - 1] is in the run, offsets[hi] is not
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if offsets[mid] - first == mid - i:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            added += add_range(first, offsets[lo - 1] + 1)
+            i = lo
+        return added
+
     def update(self, other: RangeSet) -> None:
         """Add every integer of ``other``."""
         for start, end in zip(other._starts, other._ends, strict=True):

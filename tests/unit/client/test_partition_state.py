@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import sys
+import threading
+
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.core.commitlog import PartitionProgress, decode, encode
 from streamplane.core.rangeset import RangeSet
@@ -84,6 +87,34 @@ def test_queued_acks_apply_in_runs_out_of_order_and_once() -> None:
     p = s.progress(now_ms=1)
     assert p.low_watermark == 1
     assert p.low_watermark_timestamp_ms == 1001
+
+
+def test_acks_from_other_threads_are_never_lost_while_applied() -> None:
+    """Handler threads ack while the consuming thread folds the queue: every ack lands
+    exactly once (the queue is taken by slice and del, never swapped for a new list)."""
+    s = PartitionState(KEY, "realtime", 0)
+    total = 40_000
+    fetched(s, range(total))
+    threads = [
+        threading.Thread(target=lambda k=k: [s.ack(o) for o in range(k, total, 4)])
+        for k in range(4)
+    ]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for t in threads:
+            t.start()
+        applied = 0
+        while any(t.is_alive() for t in threads):
+            applied += s.apply_acks()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    applied += s.apply_acks()
+    assert applied == total
+    assert s.unsettled() == 0
+    assert list(s.settled.ranges()) == [(0, total)]
 
 
 def test_progress_applies_queued_acks_and_clears_retry_counts() -> None:

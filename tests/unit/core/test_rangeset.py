@@ -204,6 +204,26 @@ def test_matches_a_plain_set(offsets: list[int], probe: int) -> None:
     _assert_canonical(s)
 
 
+@pytest.mark.parametrize(
+    ("initial", "offsets", "expected", "new"),
+    [
+        ([], [], [], 0),
+        ([], [3, 4, 5], [(3, 6)], 3),  # one run: one add_range
+        ([(0, 3)], [3, 4], [(0, 5)], 2),  # extends the top range
+        ([], [1, 2, 4, 5, 9], [(1, 3), (4, 6), (9, 10)], 5),  # runs split at the gaps
+        ([], [1, 1, 3], [(1, 2), (3, 4)], 2),  # a duplicate must not hide the gap at 2
+        ([], [5, 5, 6, 6, 7], [(5, 8)], 3),
+        ([(2, 4)], [1, 2, 3, 4], [(1, 5)], 2),  # partly present already
+    ],
+)
+def test_add_sorted(
+    initial: list[tuple[int, int]], offsets: list[int], expected: list[tuple[int, int]], new: int
+) -> None:
+    s = RangeSet(initial)
+    assert s.add_sorted(offsets) == new
+    assert list(s.ranges()) == expected
+
+
 def _assert_canonical(s: RangeSet) -> None:
     previous_end = -1
     for start, end in s.ranges():
@@ -228,6 +248,12 @@ class RangeSetMachine(RuleBasedStateMachine):
     def add_range(self, start: int, length: int) -> None:
         new = set(range(start, start + length)) - self.model
         assert self.s.add_range(start, start + length) == len(new)
+        self.model |= new
+
+    @rule(offsets=st.lists(st.integers(0, 200), max_size=40))
+    def add_sorted(self, offsets: list[int]) -> None:
+        new = set(offsets) - self.model
+        assert self.s.add_sorted(sorted(offsets)) == len(new)
         self.model |= new
 
     @rule(offset=st.integers(0, 200))
