@@ -163,7 +163,10 @@ class _Redelivery(StreamMessage):
     def __init__(
         self, run: _Run, raw: Message, offset: int, attempts: int, last_error: str | None
     ) -> None:
-        super().__init__(run, raw, offset)
+        self._run = run  # StreamMessage's fields, set here without a second call
+        self._raw = raw
+        self._done = False
+        self.offset = offset
         self.attempts = attempts  # attempts before this delivery
         self.last_error = last_error
 

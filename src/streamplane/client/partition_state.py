@@ -152,17 +152,21 @@ class PartitionState:
             return 0
         offsets = acks[:n]
         del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
-        offsets.sort()
+        acked = set(offsets)
+        if len(acked) == n:
+            offsets.sort()
+        else:  # the same record acked twice (from two threads)
+            offsets = sorted(acked)
         base = self.base
         if base is not None and offsets[0] < base:  # settled by an earlier commit
             offsets = offsets[bisect_left(offsets, base) :]
-        added = self.settled.add_sorted(offsets)
+        added = self.settled.add_sorted(offsets, distinct=True)
         if added:
             self.in_flight -= added
             self.acked += added
             attempts = self.attempts
             if attempts:  # records being retried: forget the counts of those acked now
-                for offset in attempts.keys() & offsets:
+                for offset in acked.intersection(attempts):
                     del attempts[offset]
             self.dirty = True
         return added

@@ -158,22 +158,24 @@ class RangeSet:
         self._count += added
         return added
 
-    def add_sorted(self, offsets: list[int]) -> int:
-        """Add ascending integers (duplicates allowed); returns how many were new.
+    def add_sorted(self, offsets: list[int], *, distinct: bool = False) -> int:
+        """Add ascending integers; returns how many were new. Duplicates are allowed
+        unless the caller passes ``distinct=True`` (it removed them already).
 
         A consumer folds its queued acknowledgements through here, a few hundred at a
         time, mostly one run of consecutive offsets. The Python work is per run, not
-        per integer: once duplicates are gone (a set, in C), a slice ``[i, j)`` is one
-        run exactly when ``offsets[j - 1] - offsets[i] == j - 1 - i``, so the end of
-        each run is found by bisection and the run is one ``add_range``.
+        per integer: without duplicates a slice ``[i, j)`` is one run exactly when
+        ``offsets[j - 1] - offsets[i] == j - 1 - i``, so the end of each run is found
+        by bisection and the run is one ``add_range``.
         """
         n = len(offsets)
         if not n:
             return 0
-        unique = set(offsets)
-        if len(unique) != n:
-            offsets = sorted(unique)
-            n = len(offsets)
+        if not distinct:
+            unique = set(offsets)
+            if len(unique) != n:
+                offsets = sorted(unique)
+                n = len(offsets)
         add_range = self.add_range
         added = 0
         i = 0

@@ -256,6 +256,12 @@ class RangeSetMachine(RuleBasedStateMachine):
         assert self.s.add_sorted(sorted(offsets)) == len(new)
         self.model |= new
 
+    @rule(offsets=st.sets(st.integers(0, 200), max_size=40))
+    def add_sorted_distinct(self, offsets: set[int]) -> None:
+        new = offsets - self.model
+        assert self.s.add_sorted(sorted(offsets), distinct=True) == len(new)
+        self.model |= new
+
     @rule(offset=st.integers(0, 200))
     def discard(self, offset: int) -> None:
         assert self.s.discard(offset) is (offset in self.model)
