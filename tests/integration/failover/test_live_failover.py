@@ -66,7 +66,10 @@ def test_repartition_on_one_cluster(
         load.producer.close(10)
     acked = set(load.acked)
     seen, _ = consume_ids(fo_client, stream, "repartition", acked, timeout=60)
-    assert not acked - seen, f"{len(acked - seen)} acknowledged records lost"
+    missing = sorted(acked - seen)
+    assert not missing, (
+        f"{len(missing)} acknowledged records lost: {[(i, load.acked[i]) for i in missing[:20]]}"
+    )
     old = f"sp.{stream}.realtime.e1"
     # sealed (and maybe already retired) while the group was still consuming
     wait_for(lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"), 30, "sealed")
