@@ -163,18 +163,10 @@ class ClientMetrics:
         self.fetch_latency = _Histograms(LATENCY_BUCKETS_S)
         self.consumers: weakref.WeakSet[Any] = weakref.WeakSet()
 
-    def delivery_report(
-        self, stream: str, topic: str | None, err: object, latency_s: float | None
-    ) -> None:
-        """One delivery report (the producer's poll thread); the lane comes from the
+    def delivery_failed(self, stream: str, topic: str | None) -> None:
+        """One failed delivery (served by the producer's poll); the lane comes from the
         derived topic name ``sp.<stream>.<lane>.e<epoch>``."""
-        key = (stream, _lane_of(topic))
-        if err is None:
-            self.delivered[key] += 1
-        else:
-            self.produce_errors[key] += 1
-        if latency_s is not None and latency_s >= 0:
-            self.produce_latency[(stream,)].observe(latency_s)
+        self.produce_errors[(stream, _lane_of(topic))] += 1
 
     def produce_latency_windows(self, stream: str, stats_json: str) -> None:
         """A producer's librdkafka statistics: its latency windows into the histogram."""

@@ -69,7 +69,9 @@ class PartitionState:
         self.base: int | None = None  # every offset below is settled (last low watermark)
         self.settled = RangeSet()  # settled offsets at or above base
         self.rejected = RangeSet()
-        self.acks: list[int] = []  # acked offsets not applied to ``settled`` yet
+        # Acked offsets not applied to ``settled`` yet. Never replaced (drained by slice
+        # and del): the consumer's fetch runs hold this list to append to.
+        self.acks: list[int] = []
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far

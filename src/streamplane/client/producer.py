@@ -312,13 +312,14 @@ class StreamProducer:
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
         # With every delivery reported this runs once per record (in poll/flush).
         if err is not None:
-            self._count_failure(err, msg)
+            self._count_failure(msg)
             self._failures.append((err, msg))
 
-    def _count_failure(self, err: _RawKafkaError, msg: Message) -> None:
+    def _count_failure(self, msg: Message) -> None:
         # No latency: the histogram comes from librdkafka's windows alone.
-        METRICS.delivery_report(self.stream, msg.topic(), err, None)  # metrics
-        counts = self._counts.get(msg.topic() or "")
+        topic = msg.topic()
+        METRICS.delivery_failed(self.stream, topic)  # metrics
+        counts = self._counts.get(topic or "")
         if counts is not None:
             counts.failed += 1
 
@@ -332,7 +333,7 @@ class StreamProducer:
         """A record sent with its own ``on_delivery``: a failure is counted, then the
         caller's callback decides what it means."""
         if err is not None:
-            self._count_failure(err, msg)
+            self._count_failure(msg)
         callback(err, msg)
 
     def _report_deliveries(self) -> None:

@@ -52,8 +52,9 @@ def test_histogram_buckets_are_cumulative() -> None:
 def test_client_metrics_export_plain_counts() -> None:
     m = ClientMetrics()
     m.produced[("orders", "realtime")] += 3
-    m.delivery_report("orders", "sp.orders.realtime.e1", None, 0.002)
-    m.delivery_report("orders", "sp.orders.realtime.e1", "boom", 0.004)
+    m.delivered[("orders", "realtime")] += 1
+    m.produce_latency[("orders",)].observe(0.002)
+    m.delivery_failed("orders", "sp.orders.realtime.e1")
     m.committed("orders", "local-a", [SimpleNamespace(size=40), SimpleNamespace(size=300)])
     from prometheus_client import CollectorRegistry
 
