@@ -79,10 +79,12 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
         producer.flush()
 
     good: set[int] = set()
+    deliveries: dict[int, list[tuple[int, str | None]]] = {}  # pill -> (attempts, last_error)
 
     def handler(msg: StreamMessage) -> None:
         n = int(msg.value or b"-1")
         if n % poison_every == 0:
+            deliveries.setdefault(n, []).append((msg.attempts, msg.last_error))
             raise ValueError(f"poison {n}")
         good.add(n)
 
@@ -105,6 +107,8 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     consumer.close()
     assert len(good) == total - poison
     assert consumer.stats["dlq"] == poison
+    # A redelivery carries the attempts before it and the error of the one before.
+    assert deliveries[0] == [(0, None), (1, "poison 0"), (2, "poison 0")]
 
     dlq_seen: dict[int, dict[str, str]] = {}
     with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
