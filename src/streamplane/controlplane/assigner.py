@@ -82,13 +82,19 @@ class AssignerService:
         now = self._clock()
         with self._lock:
             group = self._groups.get(group_id)
+            if group is not None and (group.stream, group.lanes) != (stream, tuple(lanes)):
+                if not _has_live_members(group, now):
+                    # Every member left or its lease ran out: the name is free again
+                    # (for example after its stream was deleted).
+                    group = None
+                else:
+                    raise ConfigError(
+                        f"group {group_id!r} consumes stream {group.stream!r} lanes "
+                        f"{list(group.lanes)} (members still live); a member asked for "
+                        f"{stream!r} {list(lanes)}"
+                    )
             if group is None:
                 group = self._groups[group_id] = _Group(stream, tuple(lanes))
-            elif group.stream != stream or group.lanes != tuple(lanes):
-                raise ConfigError(
-                    f"group {group_id!r} consumes stream {group.stream!r} lanes "
-                    f"{list(group.lanes)}; a member asked for {stream!r} {list(lanes)}"
-                )
             if group.state is None and now < self._recover_until:
                 claimed = frozenset(claims)
                 group.claims[member_id] = (load, claimed)
@@ -154,3 +160,10 @@ class AssignerService:
 
 def _unit_json(u: WorkUnit) -> str:
     return f"{u.cluster}/{u.topic}/{u.partition}"
+
+
+def _has_live_members(group: _Group, now: float) -> bool:
+    if group.claims:
+        return True
+    state = group.state
+    return state is not None and any(m.lease_expiry > now for m in state.members.values())

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
 from streamplane.controlplane.assigner import AssignerService
 from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
 from streamplane.core.routing import RoutingTable, move_lanes, new_routing_table
+from streamplane.exceptions import ConfigError
 
 from .conftest import AUTH
 
@@ -115,6 +117,29 @@ def test_http_heartbeat_needs_a_token_and_answers(http: TestClient) -> None:
     described = http.get("/v1/groups/g/members").json()
     assert described["stream"] == "orders"
     assert http.get("/v1/groups/nope/members").status_code == 404
-    assert http.delete("/v1/groups/g/members/m1", headers=AUTH).status_code == 204
-    bad = {**body, "stream": "other"}
+    bad = {**body, "stream": "other"}  # while m1 holds a lease on orders
     assert http.post("/v1/groups/g/heartbeat", json=bad, headers=AUTH).status_code == 400
+    assert http.delete("/v1/groups/g/members/m1", headers=AUTH).status_code == 204
+
+
+def test_a_group_name_is_free_again_once_its_members_are_gone() -> None:
+    clock = Clock()
+    tables = {
+        "s": new_routing_table("s", ["realtime"], "local-a", 2),
+        "t": new_routing_table("t", ["realtime"], "local-a", 3),
+    }
+    svc = AssignerService(
+        tables.__getitem__, AssignerConfig(lease_ttl_s=1.5), clock=clock, recovery_s=0.0
+    )
+    svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    # a still holds a lease on s: the group cannot move to another stream
+    with pytest.raises(ConfigError, match="members still live"):
+        svc.heartbeat("g", "t", ["realtime"], "b", MemberLoad())
+    svc.leave("g", "a")
+    b = svc.heartbeat("g", "t", ["realtime"], "b", MemberLoad())
+    assert {u.topic for u in b.work_units} == {"sp.t.realtime.e1"}
+    assert len(b.work_units) == 3
+    # the same once a member's lease ran out without a leave
+    clock.now += 1.6
+    c = svc.heartbeat("g", "s", ["realtime"], "c", MemberLoad())
+    assert {u.topic for u in c.work_units} == {"sp.s.realtime.e1"}
