@@ -874,3 +874,22 @@ class StreamConsumer:
     def restored_skips(self) -> int:
         """Records skipped because a previous commit had them settled."""
         return sum(s.restored_skips for s in self._states.values())
+
+    def partition_states(self) -> list[dict[str, Any]]:
+        """Per partition read: where fetching and settling stand (for diagnosis)."""
+        with self._lock:
+            self._apply_acks()
+            return [
+                {
+                    "cluster": k.cluster,
+                    "topic": k.topic,
+                    "partition": k.partition,
+                    "low_watermark": s.base,
+                    "next_fetch": s.next_fetch,
+                    "fetched": s.fetched,
+                    "in_flight": s.in_flight,
+                    "paused": s.paused,
+                    "settled_above": repr(s.settled),
+                }
+                for k, s in self._states.items()
+            ]

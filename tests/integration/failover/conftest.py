@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka import KafkaError as RawKafkaError
-from confluent_kafka import Message
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
@@ -173,8 +173,12 @@ def consume_ids(
     want: set[int],
     timeout: float,
     members: int = 1,
+    trace: ConsumeTrace | None = None,
 ) -> tuple[set[int], int]:
-    """Consume until every id in ``want`` was seen (or timeout): (ids, duplicates)."""
+    """Consume until every id in ``want`` was seen (or timeout): (ids, duplicates).
+
+    ``trace`` (optional) collects where each id was read and every member's partition
+    states at the end, to explain a loss."""
     seen: set[int] = set()
     dups = 0
     lock = threading.Lock()
@@ -192,8 +196,15 @@ def consume_ids(
                     if n in seen:
                         dups += 1
                     seen.add(n)
+                    if trace is not None:
+                        trace.read_at.setdefault(n, []).append(
+                            (msg.topic, msg.partition, msg.offset)
+                        )
                 msg.ack()
             c.commit()
+            if trace is not None:
+                with lock:
+                    trace.states.extend(c.partition_states())
 
     threads = [threading.Thread(target=member, daemon=True) for _ in range(members)]
     for t in threads:
@@ -211,6 +222,73 @@ def consume_ids(
         for t in threads:
             t.join(30)
     return seen, dups
+
+
+@dataclass
+class ConsumeTrace:
+    """What ``consume_ids`` saw: id -> [(topic, partition, offset)] and, per partition a
+    member read, its state when the member stopped."""
+
+    read_at: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
+    states: list[dict[str, Any]] = field(default_factory=list)
+
+    def explain(self, client: ControlPlaneClient, stream: str, missing: Sequence[int]) -> str:
+        """Where the missing ids are in Kafka, what was read around them, and the
+        reading member's state of their partitions."""
+        where = locate_ids(client, stream, set(missing))
+        lines = []
+        for n in missing[:10]:
+            if n not in where:
+                lines.append(f"id {n}: not found in any topic of the stream")
+                continue
+            topic, partition, offset = where[n]
+            near = sorted(
+                o
+                for reads in self.read_at.values()
+                for t, p, o in reads
+                if (t, p) == (topic, partition) and abs(o - offset) <= 3
+            )
+            state = [s for s in self.states if (s["topic"], s["partition"]) == (topic, partition)]
+            lines.append(f"id {n} at {topic}[{partition}]@{offset}; read nearby {near}; {state}")
+        return "\n".join(lines)
+
+
+def locate_ids(
+    client: ControlPlaneClient, stream: str, ids: set[int]
+) -> dict[int, tuple[str, int, int]]:
+    """(topic, partition, offset) of each id in the stream's readable lane topics."""
+    found: dict[int, tuple[str, int, int]] = {}
+    table = client.routing(stream)
+    for seg in table.segments:
+        if seg.lane == "dlq" or seg.state.value in ("retired", "lost"):
+            continue
+        c = Consumer(
+            {
+                "bootstrap.servers": client.cluster_bootstrap(seg.cluster),
+                "group.id": f"locate-{uuid.uuid4().hex[:6]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            c.assign(
+                [TopicPartition(seg.topic, p, OFFSET_BEGINNING) for p in range(seg.partitions)]
+            )
+            eof: set[int] = set()
+            deadline = time.monotonic() + 30
+            while len(eof) < seg.partitions and time.monotonic() < deadline:
+                for m in c.consume(500, 0.5):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == RawKafkaError._PARTITION_EOF:
+                            eof.add(m.partition() or 0)
+                        continue
+                    n = int(m.value() or b"-1")
+                    if n in ids:
+                        found[n] = (seg.topic, m.partition() or 0, m.offset() or 0)
+        finally:
+            c.close()
+    return found
 
 
 def producer_for(client: ControlPlaneClient, stream: str, **extra: Any) -> StreamProducer:

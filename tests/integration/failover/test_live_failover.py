@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from streamplane.client.control_plane import ControlPlaneClient
 from tests.integration.failover.conftest import (
+    ConsumeTrace,
     LoadedProducer,
     consume_ids,
     producer_for,
@@ -65,10 +66,12 @@ def test_repartition_on_one_cluster(
         load.stop()
         load.producer.close(10)
     acked = set(load.acked)
-    seen, _ = consume_ids(fo_client, stream, "repartition", acked, timeout=60)
+    trace = ConsumeTrace()
+    seen, _ = consume_ids(fo_client, stream, "repartition", acked, timeout=60, trace=trace)
     missing = sorted(acked - seen)
     assert not missing, (
-        f"{len(missing)} acknowledged records lost: {[(i, load.acked[i]) for i in missing[:20]]}"
+        f"{len(missing)} acknowledged records lost: {[(i, load.acked[i]) for i in missing[:20]]}\n"
+        + trace.explain(fo_client, stream, missing)
     )
     old = f"sp.{stream}.realtime.e1"
     # sealed (and maybe already retired) while the group was still consuming
