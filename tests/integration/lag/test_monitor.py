@@ -83,7 +83,7 @@ def test_time_lag_is_within_a_second_of_the_truth(
         wait_for("first commit", lambda: _lag(control_plane, group=group)["partitions"], 30)
         time.sleep(2.0)
         for _ in range(12):
-            for _attempt in range(2):
+            for _attempt in range(8):
                 before = time.time()
                 doc = _lag(control_plane, group=group)
                 after = time.time()
@@ -93,10 +93,12 @@ def test_time_lag_is_within_a_second_of_the_truth(
                 if reported is not None:
                     break
                 # A commit made when every fetched record was settled carries no
-                # timestamp for its committed record: the monitor looks it up at once.
+                # timestamp for its committed record: the monitor fetches that record
+                # as soon as it reads the commit (lookups at most every 0.1 s, 0.5 s
+                # timeout; under load this takes longer than one retry).
                 unknown += 1
                 time.sleep(0.3)
-            assert reported is not None, "time lag still unknown 0.3 s after a commit"
+            assert reported is not None, "time lag still unknown 2.4 s after a commit"
             errors.append(reported - truth)
             time.sleep(0.5)
     finally:
