@@ -888,6 +888,7 @@ class StreamConsumer:
                     "next_fetch": s.next_fetch,
                     "fetched": s.fetched,
                     "in_flight": s.in_flight,
+                    "gaps_settled": s.gaps_settled,
                     "paused": s.paused,
                     "settled_above": repr(s.settled),
                 }

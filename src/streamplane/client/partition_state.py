@@ -47,6 +47,7 @@ class PartitionState:
         "dirty",
         "fetched",
         "fetched_at_report",
+        "gaps_settled",
         "in_flight",
         "key",
         "lane",
@@ -80,6 +81,7 @@ class PartitionState:
         self.times = IngestionTimes()
         self.in_flight = 0  # fetched and not settled
         self.next_fetch: int | None = None
+        self.gaps_settled = 0  # offsets skipped over by fetches (compaction, markers)
         self.dirty = False
         self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
         self.fetched_at_report = 0
@@ -114,6 +116,7 @@ class PartitionState:
         if nxt is not None and offset > nxt:
             # Offsets that do not exist (compaction, transaction markers) are settled.
             self.settled.add_range(nxt, offset)
+            self.gaps_settled += offset - nxt
         elif nxt is not None and offset < nxt:
             return False  # a refetch of what we already hold
         self.next_fetch = offset + 1

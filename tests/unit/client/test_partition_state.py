@@ -40,6 +40,7 @@ def test_gaps_in_offsets_are_settled() -> None:
     s = PartitionState(KEY, "realtime", 0)
     assert s.on_fetch(0, 1)
     assert s.on_fetch(5, 1)  # offsets 1..4 do not exist (compaction, markers)
+    assert s.gaps_settled == 4  # counted, for partition_states()
     s.settle(0)
     assert s.progress(now_ms=1).low_watermark == 5
 
