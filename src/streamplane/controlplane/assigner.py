@@ -163,7 +163,7 @@ def _unit_json(u: WorkUnit) -> str:
 
 
 def _has_live_members(group: _Group, now: float) -> bool:
+    """Members claimed units during recovery, or hold a lease the core has not expired."""
     if group.claims:
         return True
-    state = group.state
-    return state is not None and any(m.lease_expiry > now for m in state.members.values())
+    return group.state is not None and bool(core.expire(group.state, now).members)

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 from confluent_kafka import KafkaError as RawKafkaError
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import NotFound
+from streamplane.kafka.clients import make_consumer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetSpec, LocalFleet
 
@@ -262,13 +263,10 @@ def locate_ids(
     for seg in table.segments:
         if seg.lane == "dlq" or seg.state.value in ("retired", "lost"):
             continue
-        c = Consumer(
-            {
-                "bootstrap.servers": client.cluster_bootstrap(seg.cluster),
-                "group.id": f"locate-{uuid.uuid4().hex[:6]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
+        c = make_consumer(
+            client.cluster_bootstrap(seg.cluster),
+            f"locate-{uuid.uuid4().hex[:6]}",
+            {"enable.partition.eof": True},
         )
         try:
             c.assign(
