@@ -73,16 +73,12 @@ _DLQ_LINGER_MS = 100
 class StreamMessage:
     """One record handed to the application. Settle it with ack, nack or reject.
 
-    A first delivery carries four fields (one is made per record on the hot path);
-    everything else is read through the fetch run it came in or its raw message.
+    Four fields (one is made per record on the hot path); everything else is read
+    through the fetch run it came in or its raw message. A nacked record's message is
+    handed out again for its retry (a handle kept from before must not settle it).
     """
 
-    __slots__ = ("_done", "_raw", "_run", "offset")
-
-    # A first delivery: no attempts before, no error. A redelivery (``_Redelivery``)
-    # carries its own.
-    attempts = 0
-    last_error: str | None = None
+    __slots__ = ("_done", "_error", "_raw", "_run", "offset")
 
     def __init__(self, run: _Run, raw: Message, offset: int) -> None:
         self._run = run
@@ -107,6 +103,18 @@ class StreamMessage:
         """The record's ingestion time (its Kafka timestamp, ms since the epoch)."""
         ts: int = self._raw.timestamp()[1]
         return ts
+
+    @property
+    def attempts(self) -> int:
+        """Attempts before this delivery (its nacks, including those restored from a
+        commit); 0 on a first delivery."""
+        return self._run.state.attempts.get(self.offset, 0)
+
+    @property
+    def last_error(self) -> str | None:
+        """The error passed to this record's last nack (None if there was none)."""
+        error: str | None = getattr(self, "_error", None)
+        return error
 
     @property
     def first_seen_ms(self) -> int:
@@ -141,8 +149,14 @@ class StreamMessage:
         self._run.acks.append(self.offset)  # applied at the next housekeeping or commit
 
     def nack(self, error: BaseException | str | None = None) -> None:
-        """Retry later with backoff, without blocking newer records."""
-        self._run.consumer._nack(self, None if error is None else str(error))
+        """Retry later with backoff, without blocking newer records (thread-safe, no
+        lock: queued like an ack, and scheduled at the next housekeeping)."""
+        if self._done:
+            return
+        self._done = True
+        if error is not None:
+            self._error = str(error)
+        self._run.consumer._nacks.append(self)
 
     def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected)."""
@@ -153,22 +167,6 @@ class StreamMessage:
             f"StreamMessage({self.stream}/{self.lane} {self.cluster}:{self.topic}"
             f"[{self.partition}]@{self.offset})"
         )
-
-
-class _Redelivery(StreamMessage):
-    """A record handed out again: after a nack, or restored with retry counts."""
-
-    __slots__ = ("attempts", "last_error")
-
-    def __init__(
-        self, run: _Run, raw: Message, offset: int, attempts: int, last_error: str | None
-    ) -> None:
-        self._run = run  # StreamMessage's fields, set here without a second call
-        self._raw = raw
-        self._done = False
-        self.offset = offset
-        self.attempts = attempts  # attempts before this delivery
-        self.last_error = last_error
 
 
 class _Run:
@@ -304,6 +302,14 @@ class StreamConsumer:
         self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
         self._retries: RetrySchedule[StreamMessage] = RetrySchedule()
+        # Nacked records not scheduled yet: ``nack`` appends (one step under the GIL, no
+        # lock), ``_apply_acks`` drains by slice and del like a partition's acks.
+        self._nacks: list[StreamMessage] = []
+        # The backoff before attempt n + 1, by n (the attempts so far).
+        self._retry_delays = [
+            min(max_retry_backoff, retry_backoff * 2 ** max(0, n - 1))
+            for n in range(max_attempts + 1)
+        ]
         self._pending_routing: RoutingTable | None = None
         self._dlq: StreamProducer | None = None
         self._last_commit = time.monotonic()
@@ -383,6 +389,8 @@ class StreamConsumer:
         self._closed = True
         self._watcher.stop()
         try:
+            with self._lock:
+                self._apply_acks()  # nacks past max_attempts are dead-lettered now
             self._flush_dlq(5.0)
             self.commit()
             if self._membership is not None:
@@ -516,32 +524,19 @@ class StreamConsumer:
                     buf.size -= 1
                     room -= 1
                     continue
-                state = entry.state
                 messages = entry.messages
                 pos = entry.pos
                 end = min(len(messages), pos + room)
                 first_offset = entry.first_offset
-                lowest: int = (
-                    messages[pos].offset() if first_offset is None else first_offset + pos  # type: ignore[assignment]
-                )
-                # Records fetched for the first time: attempts only from a restored commit.
-                attempts = state.attempts if state.restored_retries_high >= lowest else None
                 chunk = messages[pos:end] if pos or end < len(messages) else messages
-                if first_offset is not None and attempts is None:
-                    # The common case: consecutive offsets, first attempts.
-                    offset = lowest
+                if first_offset is not None:  # the common case: consecutive offsets
+                    offset = first_offset + pos
                     for m in chunk:
                         out.append(StreamMessage(entry, m, offset))
                         offset += 1
                 else:
                     for m in chunk:
-                        offset = m.offset()  # type: ignore[assignment]
-                        before = attempts.get(offset, 0) if attempts else 0
-                        out.append(
-                            _Redelivery(entry, m, offset, before, None)
-                            if before
-                            else StreamMessage(entry, m, offset)
-                        )
+                        out.append(StreamMessage(entry, m, m.offset()))  # type: ignore[arg-type]
                 if end == len(messages):
                     entries.popleft()
                     entry.messages = []  # handed out: its records live in their messages
@@ -656,7 +651,10 @@ class StreamConsumer:
 
     # ------------------------------------------------------------------ settling
     def _apply_acks(self) -> None:
-        """Fold every partition's queued acks into its settled set (hold the lock)."""
+        """Fold queued acks into each partition's settled set and schedule queued nacks
+        (hold the lock)."""
+        if self._nacks:
+            self._apply_nacks()
         acked = 0
         for state in self._states.values():
             state.apply_acks()
@@ -664,23 +662,26 @@ class StreamConsumer:
             state.acked_at_report = state.acked
         self.stats["acked"] += acked
 
-    def _nack(self, msg: StreamMessage, error: str | None) -> None:
-        with self._lock:
-            if msg._done:
-                return
-            msg._done = True
-            state = msg._run.state
-            attempts = state.bump_attempts(msg.offset)
-            self.stats["nacked"] += 1
-            if attempts >= self.max_attempts:
-                reason = f"max attempts ({self.max_attempts}) reached" + (
-                    f": {error}" if error else ""
-                )
-                self._dead_letter(msg, reason, attempts)
+    def _apply_nacks(self) -> None:
+        """Count an attempt for each nacked record, then schedule its retry or, after
+        ``max_attempts``, dead-letter it (hold the lock)."""
+        nacks = self._nacks
+        n = len(nacks)
+        batch = nacks[:n]
+        del nacks[:n]  # one step each under the GIL: a nack appended meanwhile is kept
+        self.stats["nacked"] += n
+        now = time.monotonic()
+        max_attempts = self.max_attempts
+        delays = self._retry_delays
+        schedule = self._retries.add
+        for msg in batch:
+            attempts = msg._run.state.nack(msg.offset)
+            if attempts < max_attempts:
+                schedule(msg, delays[attempts], now)
             else:
-                delay = min(self.max_retry_backoff, self.retry_backoff * (2 ** (attempts - 1)))
-                again = _Redelivery(msg._run, msg._raw, msg.offset, attempts, error)
-                self._retries.add(again, delay, time.monotonic())
+                error = msg.last_error
+                reason = f"max attempts ({max_attempts}) reached" + (f": {error}" if error else "")
+                self._dead_letter(msg, reason, attempts)
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
@@ -688,7 +689,7 @@ class StreamConsumer:
                 return
             msg._done = True
             state = msg._run.state
-            attempts = state.attempts.get(msg.offset, 0) + 1
+            attempts = msg.attempts + 1
             if dlq:
                 self._dead_letter(msg, reason, attempts)
             else:
@@ -716,7 +717,6 @@ class StreamConsumer:
             else:
                 # Not lost: the record stays unsettled and is retried into the dlq.
                 log.warning("dlq write failed (%s); will retry", err)
-                msg._done = False
                 self._retries.add(msg, 1.0, time.monotonic())
 
     def _release_due_retries(self) -> None:
@@ -727,6 +727,7 @@ class StreamConsumer:
                 state = again._run.state
                 if state.revoked:
                     continue  # the unit moved to another member
+                again._done = False
                 buffers[state.priority].add(again)
 
     def _poll_dlq(self, timeout: float) -> None:
@@ -889,8 +890,9 @@ class StreamConsumer:
                     "fetched": s.fetched,
                     "in_flight": s.in_flight,
                     "gaps_settled": s.gaps_settled,
+                    "parked": len(s.parked),
                     "paused": s.paused,
-                    "settled_above": repr(s.settled),
+                    "settled_above": repr(s.settled_now()),
                 }
                 for k, s in self._states.items()
             ]

@@ -52,11 +52,12 @@ class PartitionState:
         "key",
         "lane",
         "next_fetch",
+        "parked",
+        "parking",
         "paused",
         "priority",
         "rejected",
         "restored_high",
-        "restored_retries_high",
         "restored_skips",
         "revoked",
         "settled",
@@ -76,6 +77,12 @@ class PartitionState:
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far
+        # Nacked records waiting for a retry or their dead letter. Their offsets join
+        # ``settled`` at once, so the acks around a retried record still fold as one
+        # run (no split per poison pill), but they are not settled: commits leave them
+        # out (``settled_now``) and ``in_flight`` counts them until they really settle.
+        self.parked: set[int] = set()
+        self.parking: list[int] = []  # parked offsets not folded into ``settled`` yet
         # Ingestion times of fetched records from about the low watermark on: the one
         # of the record at the low watermark goes into every commit.
         self.times = IngestionTimes()
@@ -91,9 +98,6 @@ class PartitionState:
         # Highest offset a commit had settled above its low watermark (-1: none). Only
         # fetched offsets up to it can have been settled before: others skip the lookup.
         self.restored_high = -1
-        # Highest offset with a retry count from that commit (-1: none): records fetched
-        # above it are on their first attempt.
-        self.restored_retries_high = -1
 
     def restore(self, progress: PartitionProgress | None, committed_offset: int | None) -> None:
         """Start from a commit: skip what was settled, keep retry counts."""
@@ -103,7 +107,6 @@ class PartitionState:
             self.rejected = progress.rejected.copy()
             self.attempts = dict(progress.retries)
             self.restored_high = progress.settled.highest or -1
-            self.restored_retries_high = max(progress.retries, default=-1)
         elif committed_offset is not None:
             self.base = committed_offset
         self.next_fetch = self.base
@@ -150,37 +153,52 @@ class PartitionState:
         self.acks.append(offset)
 
     def apply_acks(self) -> int:
-        """Fold the queued acks into the settled set; the number newly settled."""
+        """Fold the queued acks (and newly parked offsets) into the settled set; the
+        number of records newly settled by acks."""
         acks = self.acks
         n = len(acks)
-        if not n:
+        parking = self.parking
+        if not n and not parking:
             return 0
         offsets = acks[:n]
         del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
         acked = set(offsets)
-        if len(acked) == n:
+        if parking:
+            self.parking = []
+            offsets += parking
+            unique = acked.union(parking)
+        else:
+            unique = acked
+        if len(unique) == len(offsets):
             offsets.sort()
         else:  # the same record acked twice (from two threads)
-            offsets = sorted(acked)
+            offsets = sorted(unique)
         base = self.base
-        if base is not None and offsets[0] < base:  # settled by an earlier commit
+        if base is not None and offsets and offsets[0] < base:  # settled by an earlier commit
             offsets = offsets[bisect_left(offsets, base) :]
-        added = self.settled.add_sorted(offsets, distinct=True)
-        if added:
-            self.in_flight -= added
-            self.acked += added
-            attempts = self.attempts
-            if attempts:  # records being retried: forget the counts of those acked now
-                for offset in acked.intersection(attempts):
-                    del attempts[offset]
+        # Parked offsets are never settled yet, so each of them counts in ``added``.
+        settled_now = self.settled.add_sorted(offsets, distinct=True) - len(parking)
+        attempts = self.attempts
+        if attempts:  # records being retried: forget the counts of those acked now
+            parked = self.parked
+            for offset in acked.intersection(attempts):
+                del attempts[offset]
+                if offset in parked:  # a retry acked: in ``settled`` already
+                    parked.discard(offset)
+                    settled_now += 1
+        if settled_now:
+            self.in_flight -= settled_now
+            self.acked += settled_now
             self.dirty = True
-        return added
+        return settled_now
 
     def settle(self, offset: int, rejected: bool = False) -> bool:
         """Mark ``offset`` settled now; False if it already was (a duplicate ack)."""
         if self.base is not None and offset < self.base:
             return False
-        if not self.settled.add(offset):
+        if offset in self.parked:
+            self.parked.discard(offset)  # in ``settled`` (or ``parking``) already
+        elif not self.settled.add(offset):
             return False
         if rejected:
             self.rejected.add(offset)
@@ -190,11 +208,26 @@ class PartitionState:
         self.dirty = True
         return True
 
-    def bump_attempts(self, offset: int) -> int:
+    def nack(self, offset: int) -> int:
+        """Count an attempt of ``offset`` and park it until it settles; the attempts
+        so far."""
         n = self.attempts.get(offset, 0) + 1
         self.attempts[offset] = n
         self.dirty = True
+        if offset not in self.parked:
+            self.parked.add(offset)
+            self.parking.append(offset)
         return n
+
+    def settled_now(self) -> RangeSet:
+        """The settled offsets at or above the low watermark, parked ones left out."""
+        self.apply_acks()
+        if not self.parked:
+            return self.settled
+        settled = self.settled.copy()
+        for offset in self.parked:
+            settled.discard(offset)
+        return settled
 
     def unsettled(self) -> int:
         """Records fetched and not settled yet (handed out, buffered or awaiting retry)."""
@@ -208,10 +241,10 @@ class PartitionState:
     def progress(self, now_ms: int) -> PartitionProgress:
         """The state to commit now; advances ``base`` to the new low watermark."""
         assert self.base is not None
-        self.apply_acks()
+        settled = self.settled_now()
         progress = PartitionProgress.from_settled(
             self.base,
-            self.settled,
+            settled,
             commit_time_ms=now_ms,
             rejected=self.rejected,
             retries=self.attempts,
@@ -220,14 +253,14 @@ class PartitionState:
         base = self.base = progress.low_watermark
         self.settled.remove_below(base)
         self.rejected.remove_below(base)
-        self._trim_fetched(base)
+        self._trim_fetched(base, settled)
         self.dirty = False
         return progress
 
-    def _trim_fetched(self, base: int) -> None:
+    def _trim_fetched(self, base: int, settled: RangeSet) -> None:
         """Drop ingestion times below the low watermark; when settled records above it
         make up most of what is left (a stuck record with acks flowing past it), keep
         only the unsettled ones, so memory follows the in-flight window."""
         self.times.drop_below(base)
         if len(self.times) > 2 * self.in_flight + 1024:
-            self.times.keep_unsettled(self.settled)
+            self.times.keep_unsettled(settled)

@@ -59,7 +59,7 @@ def test_restore_skips_settled_and_keeps_retries() -> None:
     assert delivered == [10, 11, 15, 16]
     assert s.restored_skips == 3
     assert s.attempts[10] == 2
-    assert s.bump_attempts(10) == 3
+    assert s.nack(10) == 3
 
 
 def test_duplicate_ack_is_ignored_and_rejected_marked() -> None:
@@ -121,7 +121,7 @@ def test_acks_from_other_threads_are_never_lost_while_applied() -> None:
 def test_progress_applies_queued_acks_and_clears_retry_counts() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 3))
-    s.bump_attempts(1)
+    s.nack(1)
     for o in range(3):
         s.ack(o)
     p = s.progress(now_ms=1)
@@ -153,8 +153,75 @@ def test_acks_forget_the_retry_counts_of_acked_records_only() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 10))
     for o in (2, 5, 7):
-        s.bump_attempts(o)
+        s.nack(o)
     for o in (0, 1, 2, 3, 7):
         s.ack(o)
     assert s.apply_acks() == 5
     assert s.attempts == {5: 1}  # still retrying: its count is kept
+
+
+def test_a_parked_record_holds_the_low_watermark_while_acks_fold_past_it() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 10))
+    assert s.nack(4) == 1
+    for o in range(10):
+        if o != 4:
+            s.ack(o)
+    assert s.apply_acks() == 9  # the parked record is not counted as settled
+    assert list(s.settled.ranges()) == [(0, 10)]  # one run: no split at the retry
+    assert s.unsettled() == 1 and s.acked == 9
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 4
+    assert list(p.settled) == [5, 6, 7, 8, 9]
+    assert p.retries == {4: 1}
+    assert p.low_watermark_timestamp_ms == 1004
+    assert s.nack(4) == 2  # a second attempt: parked once
+    assert s.parking == []
+    assert s.settle(4, rejected=True)  # dead-lettered
+    assert not s.settle(4)
+    assert s.unsettled() == 0 and s.parked == set()
+    p = s.progress(now_ms=2)
+    assert p.low_watermark == 10 and p.retries == {}
+
+
+def test_a_retry_acked_leaves_the_parked_set() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 3))
+    s.nack(1)
+    s.ack(0)
+    s.ack(2)
+    assert s.apply_acks() == 2
+    s.ack(1)  # the redelivery succeeded
+    assert s.apply_acks() == 1
+    assert s.acked == 3 and s.unsettled() == 0
+    assert s.parked == set() and s.attempts == {}
+    assert s.progress(now_ms=1).low_watermark == 3
+
+
+def test_settling_a_parked_record_before_its_parking_is_folded() -> None:
+    """A dead letter's delivery report can arrive before the next apply_acks."""
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 4))
+    s.nack(2)
+    assert s.settle(2, rejected=True)
+    for o in (0, 1, 3):
+        s.ack(o)
+    assert s.apply_acks() == 3
+    assert s.unsettled() == 0
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 4
+    assert list(s.rejected) == []  # below the low watermark now
+
+
+def test_a_parked_stuck_record_keeps_its_ingestion_time_when_trimmed() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 50_000))
+    s.nack(0)
+    for o in range(1, 50_000):
+        s.ack(o)
+    p = s.progress(now_ms=1)
+    assert p.low_watermark == 0
+    assert p.low_watermark_timestamp_ms == 1000
+    assert len(s.times) <= 2 * s.unsettled() + 1024
+    p = s.progress(now_ms=2)  # trimmed again: the parked record's time is still known
+    assert p.low_watermark_timestamp_ms == 1000
