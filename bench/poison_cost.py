@@ -1,0 +1,179 @@
+"""What a poison pill costs the consuming thread, in Python opcodes (no Kafka).
+
+    .venv/bin/python bench/poison_cost.py [--records 60000]
+
+Wall-clock ratios on a small shared machine move by +-20% between identical runs, so
+this counts instead: a StreamConsumer is fed pre-built fetches (6 partitions, 1,000
+records per fetch), its clock is virtual (2.5 us per record fetched, so retries come
+due as they would at ~400,000 records/s) and its dead letters go to a stand-in that
+acknowledges them at the next poll. Every Python opcode the consuming thread runs is
+counted (``sys.settrace`` opcode events), once with every record good and once with
+1% poison pills (nacked, retried twice, dead-lettered, as in client_throughput.py).
+It prints the opcodes per clean record, the extra opcodes per pill, the functions
+they go to, and the good-record ratio that these counts alone predict. Work in C
+(librdkafka, the dlq produce, the broker) is not counted: client_throughput.py
+measures the whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import Message
+
+import streamplane.client.consumer as consumer_module
+from streamplane.client.consumer import StreamConsumer, _LaneBuffer
+from streamplane.client.partition_state import PartitionKey, PartitionState
+
+PARTITIONS = 6
+POISON_EVERY = 100
+
+
+class VirtualClock:
+    """Stands in for the ``time`` module inside the consumer."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1.7e9 + self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class DeadLetters:
+    """Acknowledges every dead letter at the next poll."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def send(
+        self, value: object, key: object = None, headers: object = None, on_delivery: Any = None
+    ) -> None:
+        self.pending.append(on_delivery)
+
+    def poll(self, timeout: float = 0) -> None:
+        callbacks, self.pending = self.pending, []
+        for callback in callbacks:
+            callback(None, None)
+
+    def flush(self, timeout: float = 0) -> None:
+        self.poll()
+
+    def close(self) -> None:
+        pass
+
+
+class NoKafka:
+    def pause(self, partitions: object) -> None:
+        pass
+
+    def resume(self, partitions: object) -> None:
+        pass
+
+    def commit(self, items: object) -> None:
+        pass
+
+
+def fetches(records: int) -> list[list[Message]]:
+    per_partition = records // PARTITIONS
+    step = 1000 // PARTITIONS
+    out = []
+    for start in range(0, per_partition, step):
+        batch = []
+        for p in range(PARTITIONS):
+            for o in range(start, min(start + step, per_partition)):
+                n = o * PARTITIONS + p
+                batch.append(
+                    Message(topic="t", partition=p, offset=o, value=b"%d" % n, timestamp=(1, o))
+                )
+        out.append(batch)
+    return out
+
+
+def consume(
+    batches: list[list[Message]], poison: bool, clock: VirtualClock
+) -> tuple[int, collections.Counter[str]]:
+    """Consume every batch; returns the good records and the opcodes per function."""
+    c = StreamConsumer("s", "g", None, assigner=False, max_attempts=3, retry_backoff=0.05)  # type: ignore[arg-type]
+    c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
+    c._dlq = DeadLetters()  # type: ignore[assignment]
+    c._opened = True
+    c._consumers = {"a": NoKafka()}  # type: ignore[dict-item]
+    c._commit_stores = {"a": NoKafka()}  # type: ignore[dict-item]
+    for p in range(PARTITIONS):
+        state = PartitionState(PartitionKey("a", "t", p), "default", 0)
+        state.restore(None, 0)
+        c._states[state.key] = state
+        c._states_by_cluster.setdefault("a", {})[("t", p)] = state
+    pending = iter(batches)
+
+    def fetch(timeout: float) -> None:
+        batch = next(pending, None)
+        if batch is None:
+            clock.now += timeout  # only retries left: let them come due
+            return
+        clock.now += len(batch) * 2.5e-6
+        c._accept("a", batch)
+
+    c._fetch = fetch  # type: ignore[method-assign]
+    total = sum(len(b) for b in batches)
+    target = total - (sum(1 for i in range(total) if i % POISON_EVERY == 0) if poison else 0)
+    counts: collections.Counter[str] = collections.Counter()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            counts[f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}"] += 1
+        return tracer
+
+    good = 0
+    sys.settrace(tracer)
+    try:
+        while good < target or (poison and c.stats["dlq"] < total - target):
+            for m in c.poll_batch(500, 0.5):
+                number = int(m.value or b"0")  # the handler's work, in both runs
+                if poison and number % POISON_EVERY == 0:
+                    m.nack("poison")
+                    continue
+                good += 1
+                m.ack()
+    finally:
+        sys.settrace(None)
+    return good, counts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=60_000)
+    args = ap.parse_args()
+    clock = VirtualClock()
+    consumer_module.time = clock  # type: ignore[assignment]
+    batches = fetches(args.records)
+    good_clean, clean = consume(batches, False, clock)
+    good_poison, poisoned = consume(batches, True, clock)
+    pills = good_clean - good_poison
+    per_record = clean.total() / good_clean
+    per_pill = (poisoned.total() - clean.total()) / pills
+    predicted = (POISON_EVERY - 1) / POISON_EVERY / (1 + per_pill / (POISON_EVERY * per_record))
+    print(f"clean: {per_record:.0f} opcodes per record; 1% poison: {per_pill:.0f} extra per pill")
+    print(
+        f"predicted good-record ratio from these counts alone: {predicted:.3f} "
+        "(target >= 0.95; C work not counted)"
+    )
+    extra = collections.Counter({k: poisoned[k] - clean[k] for k in poisoned})
+    for name, n in extra.most_common(12):
+        print(f"  {n / pills:7.1f}  {name}")
+
+
+if __name__ == "__main__":
+    main()
