@@ -12,7 +12,11 @@ the queued offsets with a slice and a ``del`` of that slice (an ack appended bet
 the two lands after it and is kept), then folds them into the settled set through
 ``RangeSet.add_sorted``: one ``add_range`` per run of consecutive offsets.
 Everything that reads the settled state (``unsettled``, ``progress``) applies the
-queue first. Ingestion times are kept in runs of consecutive offsets
+queue first. A nacked record is *parked*: ``nack`` queues its offset to be folded in
+with the acks (a retried record does not split the run of acks around it) and
+``parked`` remembers that it is not settled, so ``settled_now`` (what commits see)
+leaves it out and ``in_flight`` counts it until its retry is acked or ``settle``
+marks it rejected. Ingestion times are kept in runs of consecutive offsets
 (``IngestionTimes``), looked up by bisection and trimmed as the low watermark passes;
 ``settle`` need not touch them.
 
@@ -174,10 +178,10 @@ class PartitionState:
         else:  # the same record acked twice (from two threads)
             offsets = sorted(unique)
         base = self.base
-        if base is not None and offsets and offsets[0] < base:  # settled by an earlier commit
+        if base is not None and offsets[0] < base:  # settled by an earlier commit
             offsets = offsets[bisect_left(offsets, base) :]
         # Parked offsets are never settled yet, so each of them counts in ``added``.
-        settled_now = self.settled.add_sorted(offsets, distinct=True) - len(parking)
+        newly_settled = self.settled.add_sorted(offsets, distinct=True) - len(parking)
         attempts = self.attempts
         if attempts:  # records being retried: forget the counts of those acked now
             parked = self.parked
@@ -185,12 +189,12 @@ class PartitionState:
                 del attempts[offset]
                 if offset in parked:  # a retry acked: in ``settled`` already
                     parked.discard(offset)
-                    settled_now += 1
-        if settled_now:
-            self.in_flight -= settled_now
-            self.acked += settled_now
+                    newly_settled += 1
+        if newly_settled:
+            self.in_flight -= newly_settled
+            self.acked += newly_settled
             self.dirty = True
-        return settled_now
+        return newly_settled
 
     def settle(self, offset: int, rejected: bool = False) -> bool:
         """Mark ``offset`` settled now; False if it already was (a duplicate ack)."""
