@@ -502,7 +502,13 @@ class StreamConsumer:
             self._housekeeping()
             self._until_housekeeping = _HOUSEKEEPING_EVERY
             self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S
-            out = self._take(min(max_records, _HOUSEKEEPING_EVERY))
+            room = min(max_records, _HOUSEKEEPING_EVERY)
+            if sum(buf.size for buf in self._buffers) < room:
+                # Top up from what the client has already fetched, without waiting: the
+                # retries housekeeping just released then join a full batch rather than
+                # making a small one of their own.
+                self._fetch(0)
+            out = self._take(room)
             if out:
                 self._until_housekeeping -= len(out)
                 return out
