@@ -126,6 +126,48 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     assert {"topic", "partition", "offset", "first-seen-ms"} <= set(prov)
 
 
+def test_nacks_queued_just_before_close_are_dead_lettered(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """A nack is only queued; close() must still apply it: a record that reached
+    max_attempts is dead-lettered and settled, not redelivered after a restart."""
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    with StreamProducer(stream, client) as producer:
+        for i in range(20):
+            producer.send(str(i).encode(), key=str(i).encode())
+        producer.flush()
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = StreamConsumer(stream, group, client, max_attempts=1)
+    held: list[StreamMessage] = []
+    deadline = time.monotonic() + 60
+    while len(held) < 20 and time.monotonic() < deadline:
+        held.extend(consumer.poll_batch(20, 0.5))
+    assert len(held) == 20
+    for msg in held:  # no poll after these: only close() can apply them
+        if int(msg.value or b"-1") % 4 == 0:
+            msg.nack("bad record")
+        else:
+            msg.ack()
+    consumer.close()
+    assert consumer.stats["dlq"] == 5
+
+    dead: set[int] = set()
+    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
+
+        def read(msg: StreamMessage) -> None:
+            dead.add(int(msg.value or b"-1"))
+            assert read_provenance(msg.headers)["attempts"] == "1"
+            msg.ack()
+
+        consume_until(reader, lambda: len(dead) >= 5, read)
+    assert dead == {0, 4, 8, 12, 16}
+    # Everything settled before the restart: the group has nothing left to do.
+    with StreamConsumer(stream, group, client) as again:
+        assert again.poll(2.0) is None
+
+
 def test_routing_change_while_producing(control_plane: Any, stream_factory: Any) -> None:
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=2)
