@@ -198,35 +198,37 @@ class _Run:
 class _LaneBuffer:
     """One lane's records waiting to be handed out, oldest first: runs of fetched
     records (a ``StreamMessage`` is made only when a record is handed out, so a buffered
-    record costs no more than the client's own message object) and retries that are
-    due again."""
+    record costs no more than the client's own message object) and lists of retries
+    that came due together."""
 
     __slots__ = ("entries", "size")
 
     def __init__(self) -> None:
-        self.entries: deque[_Run | StreamMessage] = deque()
+        self.entries: deque[_Run | list[StreamMessage]] = deque()
         self.size = 0  # records buffered
 
     def add_run(self, run: _Run) -> None:
         self.entries.append(run)
         self.size += len(run.messages)
 
-    def add(self, msg: StreamMessage) -> None:
-        self.entries.append(msg)
-        self.size += 1
+    def add_retries(self, messages: list[StreamMessage]) -> None:
+        self.entries.append(messages)
+        self.size += len(messages)
 
     def drop(self, keys: set[PartitionKey]) -> None:
         """Forget the records of partitions this member gave up."""
-        kept: deque[_Run | StreamMessage] = deque()
+        kept: deque[_Run | list[StreamMessage]] = deque()
         size = 0
         for e in self.entries:
             if isinstance(e, _Run):
                 if e.state.key not in keys:
                     kept.append(e)
                     size += len(e.messages) - e.pos
-            elif e._run.state.key not in keys:
-                kept.append(e)
-                size += 1
+            else:
+                retries = [m for m in e if m._run.state.key not in keys]
+                if retries:
+                    kept.append(retries)
+                    size += len(retries)
         self.entries = kept
         self.size = size
 
@@ -524,11 +526,17 @@ class StreamConsumer:
             entries = buf.entries
             while entries and room > 0:
                 entry = entries[0]
-                if isinstance(entry, StreamMessage):  # a retry
-                    entries.popleft()
-                    out.append(entry)
-                    buf.size -= 1
-                    room -= 1
+                if isinstance(entry, list):  # retries due again
+                    if len(entry) <= room:
+                        entries.popleft()
+                        taken = len(entry)
+                        out += entry
+                    else:
+                        taken = room
+                        out += entry[:room]
+                        del entry[:room]
+                    buf.size -= taken
+                    room -= taken
                     continue
                 messages = entry.messages
                 pos = entry.pos
@@ -726,15 +734,22 @@ class StreamConsumer:
                 self._retries.add(msg, 1.0, time.monotonic())
 
     def _release_due_retries(self) -> None:
-        """Hand out again the records whose backoff is over."""
-        buffers = self._buffers
+        """Hand out again the records whose backoff is over (one buffer entry per lane
+        for all those due now)."""
         with self._lock:
+            due: dict[int, list[StreamMessage]] = {}
             for again in self._retries.pop_due(time.monotonic()):
                 state = again._run.state
                 if state.revoked:
                     continue  # the unit moved to another member
                 again._done = False
-                buffers[state.priority].add(again)
+                lane = due.get(state.priority)
+                if lane is None:
+                    due[state.priority] = [again]
+                else:
+                    lane.append(again)
+            for priority, messages in due.items():
+                self._buffers[priority].add_retries(messages)
 
     def _poll_dlq(self, timeout: float) -> None:
         if self._dlq is not None:
