@@ -122,6 +122,21 @@ def log_event(i: int) -> bytes:
     ).encode()
 
 
+def handle_record(
+    m: StreamMessage, parse: Callable[[bytes | None], int] | None, poison_every: int
+) -> bool:
+    """The benchmark's application: True for a good record (acked), False for a poison
+    pill (nacked). The poison comparison parses every record in both of its runs (the
+    same handler work); only the poisoned run has pills."""
+    number = parse(m.value) if parse is not None else 1
+    if poison_every and number % poison_every == 0:
+        m.nack("poison")
+        return False
+    handle(m.value)
+    m.ack()
+    return True
+
+
 def stream_consume(
     stack: Stack,
     stream: str,
@@ -144,15 +159,7 @@ def stream_consume(
                     first = time.perf_counter()
                     cpu_at_first, broker_at_first = time.thread_time(), broker_cpu_s(stack)
                     STARTUP.append(first - started)
-                # The poison comparison parses every record in both runs (the same
-                # handler work); only the poisoned run has pills to nack.
-                number = parse(m.value) if parse is not None else 1
-                if poison_every and number % poison_every == 0:
-                    m.nack("poison")
-                    continue
-                handle(m.value)
-                good += 1
-                m.ack()
+                good += handle_record(m, parse, poison_every)
         assert first is not None
         rate = good / (time.perf_counter() - first)
         CPU_PER_GOOD_US.setdefault(poison_every, []).append(
@@ -223,13 +230,7 @@ def take_turn(side: _Side, parse: Callable[[bytes | None], int], stop_at: int) -
         batch = hand or side.consumer.poll_batch(500, 0.5)
         hand = []
         for i, m in enumerate(batch):
-            number = parse(m.value)
-            if poison_every and number % poison_every == 0:
-                m.nack("poison")
-                continue
-            handle(m.value)
-            good += 1
-            m.ack()
+            good += handle_record(m, parse, poison_every)
             if good >= stop_at:
                 hand = batch[i + 1 :]
                 break
