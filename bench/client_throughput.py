@@ -36,6 +36,8 @@ from streamplane.kafka.admin import KafkaAdmin
 from streamplane.kafka.clients import consume_available, consumer_config, producer_config
 
 PARTITIONS = 6
+POISON_EVERY = 100  # 1% poison pills
+TURN_RECORDS = 5000  # good records per turn of the interleaved poison comparison
 
 
 def raw_produce(bootstrap: str, topic: str, n: int, value: bytes) -> float:
@@ -122,6 +124,18 @@ def log_event(i: int) -> bytes:
     ).encode()
 
 
+def bench_consumer(stack: Stack, stream: str, group_prefix: str) -> StreamConsumer:
+    """A StreamConsumer in a new group, with the poison comparison's retry settings
+    (3 attempts, 50 ms backoff)."""
+    return StreamConsumer(
+        stream,
+        f"{group_prefix}-{uuid.uuid4().hex[:6]}",
+        stack.client,
+        max_attempts=3,
+        retry_backoff=0.05,
+    )
+
+
 def handle_record(
     m: StreamMessage, parse: Callable[[bytes | None], int] | None, poison_every: int
 ) -> bool:
@@ -149,9 +163,7 @@ def stream_consume(
     good = 0
     first: float | None = None
     cpu_at_first = broker_at_first = 0.0
-    with StreamConsumer(
-        stream, f"sc-{uuid.uuid4().hex[:6]}", stack.client, max_attempts=3, retry_backoff=0.05
-    ) as c:
+    with bench_consumer(stack, stream, "sc") as c:
         started = time.perf_counter()
         while good < good_target:
             for m in c.poll_batch(500, 0.5):
@@ -195,10 +207,8 @@ def interleaved_poison(
     letters) runs when it runs, in either side's turn. Returns (clean rec/s, poisoned
     rec/s, clean us of CPU per good record, poisoned us of CPU per good record)."""
     sides = []
-    for poison_every in (0, 100):
-        consumer = StreamConsumer(
-            stream, f"il-{uuid.uuid4().hex[:6]}", stack.client, max_attempts=3, retry_backoff=0.05
-        ).open()
+    for poison_every in (0, POISON_EVERY):
+        consumer = bench_consumer(stack, stream, "il").open()
         target = n - (n // poison_every if poison_every else 0)
         sides.append(_Side(consumer, poison_every, target))
     for side in sides:  # start-up (routing, assignment, first fetch) is not timed
@@ -259,7 +269,7 @@ def broker_cpu_s(stack: Stack) -> float:
 def cpu_summary() -> str:
     """Median CPU per good record of the last comparison, clean vs poisoned."""
     parts = []
-    for key, label in ((0, "clean"), (100, "poison")):
+    for key, label in ((0, "clean"), (POISON_EVERY, "poison")):
         runs = CPU_PER_GOOD_US.pop(key, [])
         if runs:
             main = statistics.median(r[0] for r in runs)
@@ -349,18 +359,22 @@ def compare_poison(stack: Stack, n: int, runs: int) -> None:
         clean, poisoned, ratio, ratios = median_pair(
             runs,
             lambda s=stream, f=parse: stream_consume(stack, s, n, parse=f),
-            lambda s=stream, f=parse: stream_consume(stack, s, n, poison_every=100, parse=f),
+            lambda s=stream, f=parse: stream_consume(
+                stack, s, n, poison_every=POISON_EVERY, parse=f
+            ),
         )
         print(
             f"good-record throughput x {n}, {label}: clean {clean:,.0f} rec/s, 1% poison "
             f"{poisoned:,.0f} rec/s -> ratio {ratio:.2f} (target >= 0.95); {pairs(ratios)}"
         )
         print("  " + cpu_summary())
-        interleaved = [interleaved_poison(stack, stream, n, parse, 5000) for _ in range(runs)]
+        interleaved = [
+            interleaved_poison(stack, stream, n, parse, TURN_RECORDS) for _ in range(runs)
+        ]
         il_ratios = [poisoned / clean for clean, poisoned, _, _ in interleaved]
         cpu_ratios = [clean_cpu / poisoned_cpu for _, _, clean_cpu, poisoned_cpu in interleaved]
         print(
-            f"  interleaved (turns of 5,000 good records, same machine for both): ratio "
+            f"  interleaved (turns of {TURN_RECORDS:,} good records, same machine for both): ratio "
             f"{statistics.median(il_ratios):.2f} (target >= 0.95), consuming-thread CPU "
             f"ratio {statistics.median(cpu_ratios):.2f}; {pairs(il_ratios)}"
         )
