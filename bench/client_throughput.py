@@ -129,14 +129,16 @@ def log_event(i: int) -> bytes:
     ).encode()
 
 
-def bench_consumer(stack: Stack, stream: str, group_prefix: str) -> StreamConsumer:
+def bench_consumer(
+    stack: Stack, stream: str, group_prefix: str, max_attempts: int = 3
+) -> StreamConsumer:
     """A StreamConsumer in a new group, with the poison comparison's retry settings
     (3 attempts, 50 ms backoff)."""
     return StreamConsumer(
         stream,
         f"{group_prefix}-{uuid.uuid4().hex[:6]}",
         stack.client,
-        max_attempts=3,
+        max_attempts=max_attempts,
         retry_backoff=0.05,
     )
 
