@@ -5,14 +5,14 @@
 Wall-clock ratios on a small shared machine move by +-20% between identical runs, so
 this counts instead: a StreamConsumer is fed pre-built fetches (6 partitions, 1,000
 records per fetch), its clock is virtual (2.5 us per record fetched, so retries come
-due as they would at ~400,000 records/s) and its dead letters go to a stand-in that
-acknowledges them at the next poll. Every Python opcode the consuming thread runs is
-counted (``sys.settrace`` opcode events), once with every record good and once with
-1% poison pills (nacked, retried twice, dead-lettered, as in client_throughput.py).
-It prints the opcodes per clean record, the extra opcodes per pill, the functions
-they go to, and the good-record ratio that these counts alone predict. Work in C
-(librdkafka, the dlq produce, the broker) is not counted: client_throughput.py
-measures the whole.
+due as they would at ~400,000 records/s) and its dead letters go through a real
+StreamProducer to a stand-in for the dlq lane's Kafka producer, which acknowledges
+them at the next poll. Every Python opcode the consuming thread runs is counted
+(``sys.settrace`` opcode events), once with every record good and once with 1% poison
+pills (nacked, retried twice, dead-lettered, as in client_throughput.py). It prints the
+opcodes per clean record, the extra opcodes per pill, the functions they go to, and
+the good-record ratio that these counts alone predict. Work in C (librdkafka, the dlq
+produce, the broker) is not counted: client_throughput.py measures the whole.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from confluent_kafka import Message
 import streamplane.client.consumer as consumer_module
 from streamplane.client.consumer import StreamConsumer, _LaneBuffer
 from streamplane.client.partition_state import PartitionKey, PartitionState
+from streamplane.client.producer import StreamProducer, _Route, _TopicCounts
+from streamplane.core.routing import DLQ_LANE
 
 PARTITIONS = 6
 POISON_EVERY = 100
@@ -49,27 +51,48 @@ class VirtualClock:
         self.now += seconds
 
 
-class DeadLetters:
-    """Acknowledges every dead letter at the next poll."""
+class DeadLetterBroker:
+    """Stands in for the dlq lane's confluent-kafka Producer: acknowledges every
+    record at the next poll (the StreamProducer around it is the real one)."""
 
     def __init__(self) -> None:
         self.pending: list[Any] = []
 
-    def send(
-        self, value: object, key: object = None, headers: object = None, on_delivery: Any = None
+    def produce(
+        self,
+        topic: str,
+        value: object = None,
+        key: object = None,
+        headers: object = None,
+        on_delivery: Any = None,
     ) -> None:
         self.pending.append(on_delivery)
 
-    def poll(self, timeout: float = 0) -> None:
+    def poll(self, timeout: float = 0) -> int:
         callbacks, self.pending = self.pending, []
         for callback in callbacks:
             callback(None, None)
+        return len(callbacks)
 
-    def flush(self, timeout: float = 0) -> None:
+    def flush(self, timeout: float = 0) -> int:
         self.poll()
+        return 0
 
-    def close(self) -> None:
-        pass
+    def __len__(self) -> int:
+        return len(self.pending)
+
+
+def dead_letter_producer() -> StreamProducer:
+    """A StreamProducer for the dlq lane, writing to a DeadLetterBroker."""
+    producer = StreamProducer("s", None, lane=DLQ_LANE, delivery_reports="all")  # type: ignore[arg-type]
+    broker = DeadLetterBroker()
+    counts = _TopicCounts(broker, ("s", DLQ_LANE))  # type: ignore[arg-type]
+    producer._producers = {"a": broker}  # type: ignore[dict-item]
+    producer._routes = {DLQ_LANE: _Route(broker, "t-dlq", "a", 1, counts)}  # type: ignore[arg-type]
+    producer._max_record_bytes = 1024 * 1024
+    producer._default_lane = DLQ_LANE
+    producer._opened = True
+    return producer
 
 
 class NoKafka:
@@ -105,7 +128,7 @@ def consume(
     """Consume every batch; returns the good records and the opcodes per function."""
     c = StreamConsumer("s", "g", None, assigner=False, max_attempts=3, retry_backoff=0.05)  # type: ignore[arg-type]
     c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
-    c._dlq = DeadLetters()  # type: ignore[assignment]
+    c._dlq = dead_letter_producer()
     c._opened = True
     c._consumers = {"a": NoKafka()}  # type: ignore[dict-item]
     c._commit_stores = {"a": NoKafka()}  # type: ignore[dict-item]
@@ -157,7 +180,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=60_000)
     args = ap.parse_args()
     clock = VirtualClock()
-    consumer_module.time = clock  # type: ignore[assignment]
+    consumer_module.time = clock  # type: ignore[assignment,attr-defined]
     batches = fetches(args.records)
     good_clean, clean = consume(batches, False, clock)
     good_poison, poisoned = consume(batches, True, clock)
@@ -171,7 +194,7 @@ def main() -> None:
         "(target >= 0.95; C work not counted)"
     )
     extra = collections.Counter({k: poisoned[k] - clean[k] for k in poisoned})
-    for name, n in extra.most_common(12):
+    for name, n in extra.most_common(24):
         print(f"  {n / pills:7.1f}  {name}")
 
 

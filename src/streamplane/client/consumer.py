@@ -298,7 +298,12 @@ class StreamConsumer:
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
-        self._dlq_pending = 0
+        self._dlq_pending = 0  # dead letters sent and not settled yet
+        # Dead letters whose dlq write was acked / failed: appended by the dlq
+        # producer's delivery callback (one step under the GIL, no lock), settled by
+        # ``_apply_acks`` under the lock.
+        self._dlq_written: list[StreamMessage] = []
+        self._dlq_failed: list[StreamMessage] = []
         self._until_housekeeping = 0
         self._housekeeping_due = 0.0
         self._buffers: list[_LaneBuffer] = []  # by lane priority
@@ -446,7 +451,7 @@ class StreamConsumer:
             by_cluster: dict[str, list[TopicPartition]] = {}
             for k in gone:
                 by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
-                self._states.pop(k).revoked = True  # its retries are dropped too
+                self._states.pop(k).revoked = True
                 self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
             for cluster, tps in by_cluster.items():
                 self._consumer(cluster).incremental_unassign(tps)
@@ -455,6 +460,7 @@ class StreamConsumer:
             gone_set = set(gone)
             for buf in self._buffers:
                 buf.drop(gone_set)
+            self._retries.discard(lambda m: m._run.state.revoked)
             if self._membership is not None:
                 self._membership.released(gone)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
@@ -665,10 +671,12 @@ class StreamConsumer:
 
     # ------------------------------------------------------------------ settling
     def _apply_acks(self) -> None:
-        """Fold queued acks into each partition's settled set and schedule queued nacks
-        (hold the lock)."""
+        """Fold queued acks into each partition's settled set, schedule queued nacks
+        and settle acked dead letters (hold the lock)."""
         if self._nacks:
             self._apply_nacks()
+        if self._dlq_written or self._dlq_failed:
+            self._settle_dead_letters()
         acked = 0
         for state in self._states.values():
             state.apply_acks()
@@ -678,24 +686,34 @@ class StreamConsumer:
 
     def _apply_nacks(self) -> None:
         """Count an attempt for each nacked record, then schedule its retry or, after
-        ``max_attempts``, dead-letter it (hold the lock)."""
+        ``max_attempts``, dead-letter it (hold the lock). Records due again together
+        (same attempt, same lane) are scheduled as one batch."""
         nacks = self._nacks
         n = len(nacks)
         batch = nacks[:n]
         del nacks[:n]  # one step each under the GIL: a nack appended meanwhile is kept
         self.stats["nacked"] += n
-        now = time.monotonic()
         max_attempts = self.max_attempts
-        delays = self._retry_delays
-        schedule = self._retries.add
+        retries: dict[tuple[int, int], list[StreamMessage]] = {}  # (attempts, priority)
         for msg in batch:
-            attempts = msg._run.state.nack(msg.offset)
+            state = msg._run.state
+            attempts = state.nack(msg.offset)
             if attempts < max_attempts:
-                schedule(msg, delays[attempts], now)
+                key = (attempts, state.priority)
+                same = retries.get(key)
+                if same is None:
+                    retries[key] = [msg]
+                else:
+                    same.append(msg)
             else:
                 error = msg.last_error
                 reason = f"max attempts ({max_attempts}) reached" + (f": {error}" if error else "")
                 self._dead_letter(msg, reason, attempts)
+        if retries:
+            now = time.monotonic()
+            delays = self._retry_delays
+            for (attempts, _), messages in retries.items():
+                self._retries.add(messages, delays[attempts], now)
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
@@ -714,42 +732,56 @@ class StreamConsumer:
         """Produce to the dlq lane; the record is settled once the dlq write is acked."""
         assert self._dlq is not None
         self._dlq_pending += 1
+        raw = msg._raw
         self._dlq.send(
-            msg.value,
-            key=msg.key,
+            raw.value(),
+            key=raw.key(),
             headers=dlq_headers(msg, attempts=attempts, error=reason),
             on_delivery=partial(self._dlq_delivered, msg),
         )
 
     def _dlq_delivered(self, msg: StreamMessage, err: object, _written: Message) -> None:
-        with self._lock:
-            self._dlq_pending -= 1
-            if err is None:
+        # Runs inside the dlq producer's poll or flush, on whichever thread called it:
+        # queued here, settled by the next ``_apply_acks`` under the lock.
+        if err is None:
+            self._dlq_written.append(msg)
+        else:
+            log.warning("dlq write failed (%s); will retry", err)
+            self._dlq_failed.append(msg)
+
+    def _settle_dead_letters(self) -> None:
+        """Settle the records whose dead letter was acked; hand those whose dlq write
+        failed out again in a second (not lost: unsettled until a write succeeds)."""
+        written = self._dlq_written
+        n = len(written)
+        if n:
+            batch = written[:n]
+            del written[:n]  # one step each under the GIL, like the acks
+            for msg in batch:
                 msg._run.state.settle(msg.offset, rejected=True)
-                self.stats["rejected"] += 1
-                self.stats["dlq"] += 1
-            else:
-                # Not lost: the record stays unsettled and is retried into the dlq.
-                log.warning("dlq write failed (%s); will retry", err)
-                self._retries.add(msg, 1.0, time.monotonic())
+            self._dlq_pending -= n
+            self.stats["rejected"] += n
+            self.stats["dlq"] += n
+        failed = self._dlq_failed
+        n = len(failed)
+        if n:
+            batch = failed[:n]
+            del failed[:n]
+            self._dlq_pending -= n
+            now = time.monotonic()
+            for msg in batch:
+                if not msg._run.state.revoked:
+                    self._retries.add([msg], 1.0, now)
 
     def _release_due_retries(self) -> None:
-        """Hand out again the records whose backoff is over (one buffer entry per lane
-        for all those due now)."""
+        """Hand out again the records whose backoff is over: each batch due now
+        becomes one buffer entry of its lane."""
         with self._lock:
-            due: dict[int, list[StreamMessage]] = {}
-            for again in self._retries.pop_due(time.monotonic()):
-                state = again._run.state
-                if state.revoked:
-                    continue  # the unit moved to another member
-                again._done = False
-                lane = due.get(state.priority)
-                if lane is None:
-                    due[state.priority] = [again]
-                else:
-                    lane.append(again)
-            for priority, messages in due.items():
-                self._buffers[priority].add_retries(messages)
+            buffers = self._buffers
+            for batch in self._retries.pop_due(time.monotonic()):
+                for again in batch:
+                    again._done = False
+                buffers[batch[0]._run.state.priority].add_retries(batch)
 
     def _poll_dlq(self, timeout: float) -> None:
         if self._dlq is not None:

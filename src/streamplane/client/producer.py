@@ -254,7 +254,11 @@ class StreamProducer:
                 f"record of {size} bytes exceeds the stream's bound "
                 f"of {self._max_record_bytes} bytes"
             )
-        if on_delivery is not None and not self._all_reports:
+        if on_delivery is None:
+            callback = None
+        elif self._all_reports:
+            callback = partial(self._on_own_delivery, on_delivery)
+        else:
             raise ConfigError(
                 "send(on_delivery=...) needs StreamProducer(..., delivery_reports='all'): "
                 "this producer has librdkafka report failed deliveries only"
@@ -262,15 +266,16 @@ class StreamProducer:
         producer = route.producer
         while True:
             try:
-                if headers is None and on_delivery is None:
+                if headers is None and callback is None:
                     producer.produce(route.topic, value, key)
-                else:
-                    kwargs: dict[str, Any] = {}
-                    if headers is not None:
-                        kwargs["headers"] = headers
-                    if on_delivery is not None:
-                        kwargs["on_delivery"] = partial(self._on_own_delivery, on_delivery)
-                    producer.produce(route.topic, value, key, **kwargs)
+                else:  # None for either keeps the default (no headers, _on_delivery)
+                    producer.produce(
+                        route.topic,
+                        value,
+                        key,
+                        headers=headers,  # type: ignore[arg-type]  # a list or dict
+                        on_delivery=callback,
+                    )
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
