@@ -46,7 +46,7 @@ from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
 from streamplane.client.metrics import METRICS
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer
-from streamplane.client.provenance import dlq_headers
+from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
@@ -699,12 +699,7 @@ class StreamConsumer:
             state = msg._run.state
             attempts = state.nack(msg.offset)
             if attempts < max_attempts:
-                key = (attempts, state.priority)
-                same = retries.get(key)
-                if same is None:
-                    retries[key] = [msg]
-                else:
-                    same.append(msg)
+                retries.setdefault((attempts, state.priority), []).append(msg)
             else:
                 error = msg.last_error
                 reason = f"max attempts ({max_attempts}) reached" + (f": {error}" if error else "")
@@ -732,11 +727,21 @@ class StreamConsumer:
         """Produce to the dlq lane; the record is settled once the dlq write is acked."""
         assert self._dlq is not None
         self._dlq_pending += 1
-        raw = msg._raw
+        raw, run = msg._raw, msg._run
+        state = run.state
+        key = state.key
+        headers = dlq_headers(
+            source_headers(self.stream, state.lane, key.cluster, key.topic, key.partition),
+            raw.headers(),  # type: ignore[arg-type]
+            offset=msg.offset,
+            attempts=attempts,
+            error=reason,
+            first_seen_ms=run.first_seen_ms,
+        )
         self._dlq.send(
             raw.value(),
             key=raw.key(),
-            headers=dlq_headers(msg, attempts=attempts, error=reason),
+            headers=headers,
             on_delivery=partial(self._dlq_delivered, msg),
         )
 

@@ -61,6 +61,7 @@ class PartitionState:
         "paused",
         "priority",
         "rejected",
+        "rejecting",
         "restored_high",
         "restored_skips",
         "revoked",
@@ -74,7 +75,8 @@ class PartitionState:
         self.priority = priority
         self.base: int | None = None  # every offset below is settled (last low watermark)
         self.settled = RangeSet()  # settled offsets at or above base
-        self.rejected = RangeSet()
+        self.rejected = RangeSet()  # as of the last ``progress``: see ``rejecting``
+        self.rejecting: list[int] = []  # rejected since, folded in by ``progress``
         # Acked offsets not applied to ``settled`` yet. Never replaced (drained by slice
         # and del): the consumer's fetch runs hold this list to append to.
         self.acks: list[int] = []
@@ -109,6 +111,7 @@ class PartitionState:
             self.base = progress.low_watermark
             self.settled = progress.settled.copy()
             self.rejected = progress.rejected.copy()
+            self.rejecting = []
             self.attempts = dict(progress.retries)
             self.restored_high = progress.settled.highest or -1
         elif committed_offset is not None:
@@ -205,7 +208,7 @@ class PartitionState:
         elif not self.settled.add(offset):
             return False
         if rejected:
-            self.rejected.add(offset)
+            self.rejecting.append(offset)
         self.in_flight -= 1
         if self.attempts:
             self.attempts.pop(offset, None)
@@ -246,6 +249,9 @@ class PartitionState:
         """The state to commit now; advances ``base`` to the new low watermark."""
         assert self.base is not None
         settled = self.settled_now()
+        if self.rejecting:  # each offset once: ``settle`` marks only what it settles
+            self.rejected.add_sorted(sorted(self.rejecting), distinct=True)
+            self.rejecting = []
         progress = PartitionProgress.from_settled(
             self.base,
             settled,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Protocol
 
 PREFIX = "sp-dlq-"
 FIELDS = (
@@ -22,43 +21,30 @@ FIELDS = (
 _OFFSET, _ATTEMPTS, _ERROR, _FIRST_SEEN = (PREFIX + f for f in FIELDS[5:])
 
 
-class _Source(Protocol):
-    @property
-    def stream(self) -> str: ...
-    @property
-    def lane(self) -> str: ...
-    @property
-    def cluster(self) -> str: ...
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-
-    @property
-    def headers(self) -> list[tuple[str, bytes]] | None: ...
-
-    @property
-    def first_seen_ms(self) -> int: ...
-
-    offset: int
-
-
-def dlq_headers(msg: _Source, *, attempts: int, error: str) -> list[tuple[str, bytes]]:
-    """The record's own headers plus ``sp-dlq-*`` provenance headers."""
-    own = msg.headers
+def dlq_headers(
+    source: tuple[tuple[str, bytes], ...],
+    own: list[tuple[str, bytes]] | None,
+    *,
+    offset: int,
+    attempts: int,
+    error: str,
+    first_seen_ms: int,
+) -> list[tuple[str, bytes]]:
+    """A dead letter's headers: the record's own ones (``own``, stale ``sp-dlq-*`` ones
+    left out), its partition's ``source_headers``, then the per-record provenance."""
     headers = [h for h in own if not h[0].startswith(PREFIX)] if own else []
-    headers += _source_headers(msg.stream, msg.lane, msg.cluster, msg.topic, msg.partition)
+    headers += source
     headers += (
-        (_OFFSET, b"%d" % msg.offset),
+        (_OFFSET, b"%d" % offset),
         (_ATTEMPTS, b"%d" % attempts),
         (_ERROR, error[:2000].encode()),
-        (_FIRST_SEEN, b"%d" % msg.first_seen_ms),
+        (_FIRST_SEEN, b"%d" % first_seen_ms),
     )
     return headers
 
 
 @lru_cache(maxsize=4096)
-def _source_headers(
+def source_headers(
     stream: str, lane: str, cluster: str, topic: str, partition: int
 ) -> tuple[tuple[str, bytes], ...]:
     """The headers every dead letter of one partition shares (cached: dead-lettering

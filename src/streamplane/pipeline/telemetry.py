@@ -48,7 +48,7 @@ from typing import Any
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
-from streamplane.client.provenance import dlq_headers
+from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.core.routing import DLQ_LANE
 from streamplane.pipeline.events import PARSED_SCHEMA_DDL, PERCENTILES, parse_batches
 from streamplane.pipeline.source import FORMAT, preflight_read
@@ -159,20 +159,6 @@ def _exists(spark: Any, path: str) -> bool:
 
 def dimension_frame(spark: Any) -> Any:
     return spark.createDataFrame(list(DIM_SERVICES), "service string, team string, tier string")
-
-
-@dataclass
-class _DeadLetterSource:
-    """The fields ``dlq_headers`` reads, for a row of the source."""
-
-    stream: str
-    lane: str
-    cluster: str
-    topic: str
-    partition: int
-    offset: int
-    first_seen_ms: int
-    headers: list[tuple[str, bytes]] | None = None
 
 
 class TelemetryJob:
@@ -397,16 +383,17 @@ class TelemetryJob:
             return 0
         producer = self._dlq_producer()
         for row in rows:
-            src = _DeadLetterSource(
-                cfg.stream, row["lane"], row["cluster"], row["topic"], row["partition"],
-                row["offset"], int(row["ingest_ts"].timestamp() * 1000) if row["ingest_ts"] else 0,
-            )  # fmt: skip
-            producer.send(
-                row["value"],
-                key=row["key"],
-                headers=dlq_headers(src, attempts=1, error=row["reason"]),
-                lane=DLQ_LANE,
+            headers = dlq_headers(
+                source_headers(
+                    cfg.stream, row["lane"], row["cluster"], row["topic"], row["partition"]
+                ),
+                None,
+                offset=row["offset"],
+                attempts=1,
+                error=row["reason"],
+                first_seen_ms=(int(row["ingest_ts"].timestamp() * 1000) if row["ingest_ts"] else 0),
             )
+            producer.send(row["value"], key=row["key"], headers=headers, lane=DLQ_LANE)
         producer.flush()
         frame = self.spark.createDataFrame(rows, invalid.select(*cols).schema).withColumn(
             "dead_lettered_at", F.current_timestamp()

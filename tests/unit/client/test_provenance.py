@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from streamplane.client.provenance import FIELDS, PREFIX, dlq_headers, read_provenance
+from streamplane.client.provenance import (
+    FIELDS,
+    PREFIX,
+    dlq_headers,
+    read_provenance,
+    source_headers,
+)
+
+SOURCE = source_headers("orders", "realtime", "local-a", "sp.orders.realtime.e1", 3)
 
 
-@dataclass
-class Source:
-    headers: list[tuple[str, bytes]] | None
-    stream: str = "orders"
-    lane: str = "realtime"
-    cluster: str = "local-a"
-    topic: str = "sp.orders.realtime.e1"
-    partition: int = 3
-    offset: int = 12345
-    first_seen_ms: int = 1_700_000_000_123
+def headers_of(own: list[tuple[str, bytes]] | None, attempts: int, error: str) -> list[Any]:
+    return dlq_headers(
+        SOURCE, own, offset=12345, attempts=attempts, error=error, first_seen_ms=1_700_000_000_123
+    )
 
 
 def test_every_field_round_trips_and_own_headers_are_kept() -> None:
     own = [("trace", b"abc"), (PREFIX + "offset", b"stale from an earlier dead letter")]
-    headers = dlq_headers(Source(own), attempts=5, error="max attempts (5) reached: boom")
+    headers = headers_of(own, 5, "max attempts (5) reached: boom")
     assert headers[0] == ("trace", b"abc")
     assert [k for k, _ in headers[1:]] == [PREFIX + f for f in FIELDS]
     assert read_provenance(headers) == {
@@ -38,9 +40,9 @@ def test_every_field_round_trips_and_own_headers_are_kept() -> None:
 
 
 def test_no_own_headers_and_a_long_error_is_cut() -> None:
-    headers = dlq_headers(Source(None), attempts=1, error="x" * 5000)
+    headers = headers_of(None, 1, "x" * 5000)
     assert len(headers) == len(FIELDS)
     assert read_provenance(headers)["error"] == "x" * 2000
     # Each call builds its own list: the cached per-partition part is not shared.
-    again = dlq_headers(Source(None), attempts=2, error="y")
+    again = headers_of(None, 2, "y")
     assert headers is not again and read_provenance(headers)["attempts"] == "1"
