@@ -699,7 +699,8 @@ class StreamConsumer:
             state = msg._run.state
             attempts = state.nack(msg.offset)
             if attempts < max_attempts:
-                retries.setdefault((attempts, state.priority), []).append(msg)
+                if not state.revoked:  # else the unit moved to another member
+                    retries.setdefault((attempts, state.priority), []).append(msg)
             else:
                 error = msg.last_error
                 reason = f"max attempts ({max_attempts}) reached" + (f": {error}" if error else "")

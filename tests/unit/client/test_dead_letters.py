@@ -176,3 +176,16 @@ def test_records_nacked_together_come_back_together_after_their_backoff(
         m.ack()
     poll(c, clock, 0.1)
     assert state.unsettled() == 0 and state.progress(0).low_watermark == 6
+
+
+def test_a_record_nacked_after_its_partition_was_given_up_is_not_retried(
+    clock: Clock,
+) -> None:
+    c, state = consumer_of(2, DlqBroker())
+    handed = poll(c, clock, 0)
+    state.revoked = True  # given up (to another member) while the handler ran
+    for m in handed:
+        m.nack("boom")
+    assert poll(c, clock, 0.2) == []
+    assert poll(c, clock, 1.0) == []
+    assert len(c._retries) == 0
