@@ -291,7 +291,7 @@ class StreamConsumer:
         self._cpu_meter = CpuMeter()
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
-        self._lock = threading.RLock()  # re-entered: dlq callbacks run inside send()
+        self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
         self._consumers: dict[str, Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
