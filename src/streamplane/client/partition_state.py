@@ -231,10 +231,7 @@ class PartitionState:
         self.apply_acks()
         if not self.parked:
             return self.settled
-        settled = self.settled.copy()
-        for offset in self.parked:
-            settled.discard(offset)
-        return settled
+        return self.settled.without(self.parked)
 
     def unsettled(self) -> int:
         """Records fetched and not settled yet (handed out, buffered or awaiting retry)."""

@@ -193,15 +193,18 @@ class PartitionProgress:
                 raise ConfigError(f"settled offset {highest} is not a Kafka offset")
         if not rejected.issubset(settled):
             raise ConfigError("rejected offsets must be settled too")
-        retries: dict[int, int] = {}
-        for offset, attempts in sorted(self.retries.items()):
-            if not lw <= offset < OFFSET_LIMIT:
+        retries = dict(sorted(self.retries.items()))
+        if retries:
+            offsets = list(retries)
+            if not lw <= offsets[0] <= offsets[-1] < OFFSET_LIMIT:
+                offset = offsets[0] if offsets[0] < lw else offsets[-1]
                 raise ConfigError(f"retry count for offset {offset} below the low watermark {lw}")
-            if offset in settled:
+            if any(settled.contains_each(offsets)):
+                offset = next(o for o in offsets if o in settled)
                 raise ConfigError(f"retry count for settled offset {offset}")
-            if attempts < 1:
+            if min(retries.values()) < 1:
+                offset, attempts = min(retries.items(), key=operator.itemgetter(1))
                 raise ConfigError(f"retry count {attempts} for offset {offset} is not positive")
-            retries[offset] = attempts
         object.__setattr__(self, "settled", settled)
         object.__setattr__(self, "rejected", rejected)
         object.__setattr__(self, "retries", MappingProxyType(retries))
@@ -240,9 +243,12 @@ class PartitionProgress:
             rejected_above.remove_below(lw)
         kept_retries: dict[int, int] = {}
         if retries:
-            for offset, attempts in retries.items():
-                if offset >= lw and attempts > 0 and offset not in above:
-                    kept_retries[offset] = attempts
+            offsets = list(retries)
+            for offset, settled_now in zip(offsets, above.contains_each(offsets), strict=True):
+                if not settled_now and offset >= lw:
+                    attempts = retries[offset]
+                    if attempts > 0:
+                        kept_retries[offset] = attempts
         timestamp = timestamp_for(lw) if timestamp_for is not None else None
         if timestamp is not None:
             timestamp = None if timestamp < 0 else min(timestamp, TIMESTAMP_MAX_MS)
@@ -406,6 +412,10 @@ class _Flat:
         return kept
 
 
+_plus_one = (1).__add__
+_minus_one = (-1).__add__
+
+
 def _put_uvarint(out: bytearray, value: int) -> None:
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -472,11 +482,10 @@ def _put_section(out: bytearray, origin: int, starts: list[int], ends: list[int]
         return
     # gap: distance from the lowest start the range could have (origin, or one past
     # the previous range's end, since ranges never touch); length is stored minus one.
-    plus_one = (1).__add__
     lowest_starts = [origin]
-    lowest_starts += map(plus_one, ends[:-1])
+    lowest_starts += map(_plus_one, ends[:-1])
     gaps = list(map(operator.sub, starts, lowest_starts))
-    lengths = list(map(operator.sub, ends, map(plus_one, starts)))
+    lengths = list(map(operator.sub, ends, map(_plus_one, starts)))
     gap_bits = Counter(map(int.bit_length, gaps))
     length_bits = Counter(map(int.bit_length, lengths))
     header = _uvarint_size(n)
@@ -552,11 +561,19 @@ def _body(flat: _Flat, horizon: int | None, spill: SpillPointer | None) -> bytes
     _put_section(out, lw + 1, s_starts, s_ends)
     _put_section(out, lw + 1, r_starts, r_ends)
     _put_uvarint(out, len(retry_offsets))
-    previous = lw - 1
-    for offset, attempts in zip(retry_offsets, retry_attempts, strict=True):
-        _put_uvarint(out, offset - previous - 1)
-        _put_uvarint(out, attempts - 1)
-        previous = offset
+    if retry_offsets:
+        # per retry: the gap from the previous one (or the low watermark), attempts - 1
+        gaps = list(map(operator.sub, retry_offsets, [lw, *map(_plus_one, retry_offsets)]))
+        counts = list(map(_minus_one, retry_attempts))
+        if max(gaps) < 0x80 and max(counts) < 0x80:  # every varint is one byte
+            pairs = bytearray(2 * len(gaps))
+            pairs[0::2] = gaps
+            pairs[1::2] = counts
+            out += pairs
+        else:
+            for gap, count in zip(gaps, counts, strict=True):
+                _put_uvarint(out, gap)
+                _put_uvarint(out, count)
     return bytes(out)
 
 

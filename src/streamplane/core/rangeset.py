@@ -20,10 +20,14 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
 
 from streamplane.exceptions import ConfigError
 
 __all__ = ["RangeSet"]
+
+_plus_one = (1).__add__
+_minus_one = (-1).__add__
 
 
 class RangeSet:
@@ -163,10 +167,11 @@ class RangeSet:
         unless the caller passes ``distinct=True`` (it removed them already).
 
         A consumer folds its queued acknowledgements through here, a few hundred at a
-        time, mostly one run of consecutive offsets. The Python work is per run, not
-        per integer: without duplicates a slice ``[i, j)`` is one run exactly when
-        ``offsets[j - 1] - offsets[i] == j - 1 - i``, so the end of each run is found
-        by bisection and the run is one ``add_range``.
+        time, mostly one run of consecutive offsets (one ``add_range``); its commits
+        fold rejected offsets, mostly isolated ones. Without duplicates the offsets are
+        one run exactly when ``offsets[-1] - offsets[0] == n - 1``; otherwise the runs
+        are found by a few C-level passes, no Python step per offset, and join the set
+        in one merge.
         """
         n = len(offsets)
         if not n:
@@ -176,28 +181,90 @@ class RangeSet:
             if len(unique) != n:
                 offsets = sorted(unique)
                 n = len(offsets)
-        add_range = self.add_range
-        added = 0
-        i = 0
-        while i < n:
-            first = offsets[i]
-            if offsets[-1] - first == n - 1 - i:  # the rest is one run (the usual case)
-                return added + add_range(first, offsets[-1] + 1)
-            lo, hi = i + 1, n - 1  # offsets[lo - 1] is in the run, offsets[hi] is not
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if offsets[mid] - first == mid - i:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            added += add_range(first, offsets[lo - 1] + 1)
-            i = lo
-        return added
+        if offsets[-1] - offsets[0] == n - 1:  # one run (the usual case)
+            return self.add_range(offsets[0], offsets[-1] + 1)
+        if offsets[0] < 0:
+            raise ConfigError(f"RangeSet holds non-negative integers only, got {offsets[0]}")
+        # a run ends where the next offset is not one more
+        breaks = list(compress(range(1, n), map(operator.ne, offsets[1:], map(_plus_one, offsets))))
+        run_starts = [offsets[0], *map(offsets.__getitem__, breaks)]
+        run_ends = [
+            *map(_plus_one, map(offsets.__getitem__, map(_minus_one, breaks))),
+            offsets[-1] + 1,
+        ]
+        return self._merge(run_starts, run_ends)
 
     def update(self, other: RangeSet) -> None:
-        """Add every integer of ``other``."""
-        for start, end in zip(other._starts, other._ends, strict=True):
-            self.add_range(start, end)
+        """Add every integer of ``other`` (one linear merge of the two sets' ranges)."""
+        self._merge(other._starts, other._ends)
+
+    def _merge(self, starts: list[int], ends: list[int]) -> int:
+        """Add the normalised ranges ``[starts[i], ends[i])``; how many integers were
+        new. Only this set's ranges that overlap or touch their span take part."""
+        if not starts:
+            return 0
+        own_starts = self._starts
+        own_ends = self._ends
+        total = sum(ends) - sum(starts)
+        if not own_ends or starts[0] > own_ends[-1]:  # all above: append
+            own_starts += starts
+            own_ends += ends
+            self._count += total
+            return total
+        i = bisect_left(own_ends, starts[0])  # first range that overlaps or touches
+        j = bisect_right(own_starts, ends[-1])  # ranges [i, j) may overlap or touch
+        window_starts = own_starts[i:j]
+        window_ends = own_ends[i:j]
+        before = sum(window_ends) - sum(window_starts)
+        # both lists are sorted: the sort merges two runs in C
+        pairs = sorted(zip(window_starts + starts, window_ends + ends, strict=True))
+        merged_starts: list[int] = []
+        merged_ends: list[int] = []
+        current_start, current_end = pairs[0]
+        for start, end in pairs:
+            if start > current_end:
+                merged_starts.append(current_start)
+                merged_ends.append(current_end)
+                current_start = start
+                current_end = end
+            elif end > current_end:
+                current_end = end
+        merged_starts.append(current_start)
+        merged_ends.append(current_end)
+        own_starts[i:j] = merged_starts
+        own_ends[i:j] = merged_ends
+        added = sum(merged_ends) - sum(merged_starts) - before
+        self._count += added
+        return added
+
+    def without(self, offsets: Iterable[int]) -> RangeSet:
+        """A new set: this one minus ``offsets`` (any order; those not in it ignored).
+
+        A consumer's commit leaves its parked records out of the settled set this way:
+        a few C-level passes over the offsets (bisect, compare, compress), no Python
+        step per offset. Removing offset ``p`` from a range ``[s, e)`` ends a range at
+        ``p`` and starts one at ``p + 1``; sorting the old bounds together with the new
+        ones pairs them up, and the empty ranges that removing a range's first or last
+        offset leaves are dropped.
+        """
+        starts = self._starts
+        ends = self._ends
+        removed = sorted(set(offsets)) if starts else []
+        if removed:
+            removed = list(compress(removed, self.contains_each(removed)))
+        result = RangeSet()
+        if not removed:
+            result._starts = starts.copy()
+            result._ends = ends.copy()
+            result._count = self._count
+            return result
+        new_starts = sorted([*starts, *map(_plus_one, removed)])
+        new_ends = sorted([*ends, *removed])
+        non_empty = list(map(operator.lt, new_starts, new_ends))
+        result._starts = list(compress(new_starts, non_empty))
+        result._ends = list(compress(new_ends, non_empty))
+        result._count = self._count - len(removed)
+        return result
 
     def discard(self, offset: int) -> bool:
         """Remove one integer; True when it was present."""
@@ -230,9 +297,7 @@ class RangeSet:
         if not starts or n <= starts[0]:
             return 0
         i = bisect_right(ends, n)  # ranges [0, i) lie entirely below n
-        removed = 0
-        for k in range(i):
-            removed += ends[k] - starts[k]
+        removed = sum(ends[:i]) - sum(starts[:i])
         del starts[:i]
         del ends[:i]
         if starts and starts[0] < n:
@@ -254,6 +319,15 @@ class RangeSet:
             return False
         i = bisect_right(self._starts, offset)
         return i > 0 and offset < self._ends[i - 1]
+
+    def contains_each(self, offsets: Sequence[int]) -> list[bool]:
+        """``[offset in self for offset in offsets]``, in C-level passes (bisect,
+        compare): for checks of hundreds of offsets at a time."""
+        # offset p is in range k - 1 when starts[k - 1] <= p (k = bisect_right) and
+        # p < ends[k - 1]; padded_ends[k] is ends[k - 1], and -1 for k = 0
+        padded_ends = [-1, *self._ends]
+        containing = map(bisect_right, repeat(self._starts), offsets)
+        return list(map(operator.lt, offsets, map(padded_ends.__getitem__, containing)))
 
     def __len__(self) -> int:
         """How many integers the set holds (not how many ranges)."""
@@ -293,9 +367,7 @@ class RangeSet:
         starts = self._starts
         ends = self._ends
         i = bisect_right(starts, n)
-        count = 0
-        for k in range(i):
-            count += ends[k] - starts[k]
+        count = sum(ends[:i]) - sum(starts[:i])
         if i and ends[i - 1] > n:
             count -= ends[i - 1] - n
         return count

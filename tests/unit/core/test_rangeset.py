@@ -214,6 +214,9 @@ def test_matches_a_plain_set(offsets: list[int], probe: int) -> None:
         ([], [1, 1, 3], [(1, 2), (3, 4)], 2),  # a duplicate must not hide the gap at 2
         ([], [5, 5, 6, 6, 7], [(5, 8)], 3),
         ([(2, 4)], [1, 2, 3, 4], [(1, 5)], 2),  # partly present already
+        ([(0, 10)], [3, 20, 30], [(0, 10), (20, 21), (30, 31)], 2),  # isolated offsets
+        ([(5, 6), (9, 10)], [1, 3, 6, 7, 8, 12], [(1, 2), (3, 4), (5, 10), (12, 13)], 6),
+        ([], [*range(40), 41, *range(43, 100)], [(0, 40), (41, 42), (43, 100)], 98),
     ],
 )
 def test_add_sorted(
@@ -222,6 +225,51 @@ def test_add_sorted(
     s = RangeSet(initial)
     assert s.add_sorted(offsets) == new
     assert list(s.ranges()) == expected
+
+
+@pytest.mark.parametrize(
+    ("initial", "other", "expected"),
+    [
+        ([], [(3, 5)], [(3, 5)]),
+        ([(0, 2)], [(5, 6), (8, 9)], [(0, 2), (5, 6), (8, 9)]),  # all above: appended
+        ([(0, 2)], [(2, 4)], [(0, 4)]),  # touching the top range: merged
+        ([(0, 100)], [(3, 4), (50, 51), (99, 100)], [(0, 100)]),  # a subset: unchanged
+        ([(0, 2), (10, 12), (20, 22)], [(1, 11)], [(0, 12), (20, 22)]),  # bridges a gap
+        ([(10, 12)], [(0, 1), (5, 9)], [(0, 1), (5, 9), (10, 12)]),  # all below
+        ([(0, 2), (4, 6), (8, 10)], [(2, 4), (6, 8)], [(0, 10)]),  # fills every hole
+    ],
+)
+def test_update_merges_ranges(
+    initial: list[tuple[int, int]],
+    other: list[tuple[int, int]],
+    expected: list[tuple[int, int]],
+) -> None:
+    s = RangeSet(initial)
+    s.update(RangeSet(other))
+    assert list(s.ranges()) == expected
+    assert len(s) == sum(end - start for start, end in expected)
+
+
+@pytest.mark.parametrize(
+    ("initial", "offsets", "expected"),
+    [
+        ([(0, 10)], [3, 7], [(0, 3), (4, 7), (8, 10)]),
+        ([(0, 10)], [0, 9], [(1, 9)]),  # a range's first and last offsets
+        ([(0, 10)], [4, 5, 6], [(0, 4), (7, 10)]),  # consecutive offsets
+        ([(0, 1), (5, 6)], [0, 5], []),  # one-offset ranges vanish
+        ([(2, 4), (8, 10)], [0, 5, 6, 12, 3], [(2, 3), (8, 10)]),  # non-members ignored
+        ([(2, 4)], [], [(2, 4)]),
+        ([], [1, 2], []),
+    ],
+)
+def test_without(
+    initial: list[tuple[int, int]], offsets: list[int], expected: list[tuple[int, int]]
+) -> None:
+    s = RangeSet(initial)
+    smaller = s.without(offsets)
+    assert list(smaller.ranges()) == expected
+    assert len(smaller) == sum(end - start for start, end in expected)
+    assert list(s.ranges()) == initial
 
 
 def _assert_canonical(s: RangeSet) -> None:
@@ -261,6 +309,22 @@ class RangeSetMachine(RuleBasedStateMachine):
         new = offsets - self.model
         assert self.s.add_sorted(sorted(offsets), distinct=True) == len(new)
         self.model |= new
+
+    @rule(offsets=st.sets(st.integers(0, 200), max_size=60))
+    def update(self, offsets: set[int]) -> None:
+        other = RangeSet.from_offsets(offsets)
+        self.s.update(other)
+        self.model |= offsets
+        assert list(other) == sorted(offsets)  # left as it was
+
+    @rule(offsets=st.lists(st.integers(0, 230), max_size=60))
+    def without(self, offsets: list[int]) -> None:
+        smaller = self.s.without(offsets)
+        assert list(smaller) == sorted(self.model - set(offsets))
+        assert len(smaller) == len(self.model - set(offsets))
+        _assert_canonical(smaller)
+        smaller.add(1000)
+        assert 1000 not in self.s  # a new set: this one is left as it was
 
     @rule(offset=st.integers(0, 200))
     def discard(self, offset: int) -> None:
