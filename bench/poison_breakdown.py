@@ -37,7 +37,7 @@ from streamplane.client.producer import StreamProducer
 def _settle_without_dlq(
     consumer: StreamConsumer, msg: StreamMessage, reason: str, attempts: int
 ) -> None:
-    msg._run.state.settle(msg.offset, rejected=True)
+    msg._run.state.settle([msg.offset], rejected=True)
     consumer.stats["rejected"] += 1
 
 

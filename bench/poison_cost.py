@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import statistics
 import sys
+import time
 from types import FrameType
 from typing import Any
 
@@ -123,9 +125,10 @@ def fetches(records: int) -> list[list[Message]]:
 
 
 def consume(
-    batches: list[list[Message]], poison: bool, clock: VirtualClock
-) -> tuple[int, collections.Counter[str]]:
-    """Consume every batch; returns the good records and the opcodes per function."""
+    batches: list[list[Message]], poison: bool, clock: VirtualClock, trace: bool = True
+) -> tuple[int, collections.Counter[str], float]:
+    """Consume every batch; returns the good records, the opcodes per function (when
+    traced) and the thread's CPU seconds."""
     c = StreamConsumer("s", "g", None, assigner=False, max_attempts=3, retry_backoff=0.05)  # type: ignore[arg-type]
     c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
     c._dlq = dead_letter_producer()
@@ -149,7 +152,7 @@ def consume(
 
     c._fetch = fetch  # type: ignore[method-assign]
     total = sum(len(b) for b in batches)
-    target = total - (sum(1 for i in range(total) if i % POISON_EVERY == 0) if poison else 0)
+    target = total - (-(-total // POISON_EVERY) if poison else 0)  # numbers 0, 100, ... are pills
     counts: collections.Counter[str] = collections.Counter()
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
@@ -160,7 +163,9 @@ def consume(
         return tracer
 
     good = 0
-    sys.settrace(tracer)
+    if trace:
+        sys.settrace(tracer)
+    cpu = time.thread_time()
     try:
         while good < target or (poison and c.stats["dlq"] < total - target):
             for m in c.poll_batch(500, 0.5):
@@ -171,19 +176,26 @@ def consume(
                 good += 1
                 m.ack()
     finally:
+        cpu = time.thread_time() - cpu
         sys.settrace(None)
-    return good, counts
+    return good, counts, cpu
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=60_000)
+    ap.add_argument(
+        "--cpu-runs",
+        type=int,
+        default=0,
+        help="also time this many untraced clean/poisoned pairs (thread CPU, median ratio)",
+    )
     args = ap.parse_args()
     clock = VirtualClock()
     consumer_module.time = clock  # type: ignore[assignment,attr-defined]
     batches = fetches(args.records)
-    good_clean, clean = consume(batches, False, clock)
-    good_poison, poisoned = consume(batches, True, clock)
+    good_clean, clean, _ = consume(batches, False, clock)
+    good_poison, poisoned, _ = consume(batches, True, clock)
     pills = good_clean - good_poison
     per_record = clean.total() / good_clean
     per_pill = (poisoned.total() - clean.total()) / pills
@@ -196,6 +208,27 @@ def main() -> None:
     extra = collections.Counter({k: poisoned[k] - clean[k] for k in poisoned})
     for name, n in extra.most_common(24):
         print(f"  {n / pills:7.1f}  {name}")
+    if args.cpu_runs:
+        cpu_ratios(batches, clock, args.cpu_runs)
+
+
+def cpu_ratios(batches: list[list[Message]], clock: VirtualClock, runs: int) -> None:
+    """Untraced: the consuming thread's CPU per good record, clean vs poisoned, in
+    alternating pairs (C work of the client itself included; no broker, no librdkafka)."""
+    ratios = []
+    per_good: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(runs):
+        for poison in (False, True) if i % 2 == 0 else (True, False):
+            good, _, cpu = consume(batches, poison, clock, trace=False)
+            per_good[poison].append(cpu / good * 1e6)
+        ratios.append(per_good[False][-1] / per_good[True][-1])
+    clean_us = statistics.median(per_good[False])
+    poisoned_us = statistics.median(per_good[True])
+    print(
+        f"untraced CPU per good record, {runs} pairs: clean {clean_us:.3f} us, "
+        f"1% poison {poisoned_us:.3f} us -> ratio {statistics.median(ratios):.3f} "
+        f"(pairs {min(ratios):.3f}-{max(ratios):.3f}; target >= 0.95)"
+    )
 
 
 if __name__ == "__main__":

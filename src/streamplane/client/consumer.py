@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -68,6 +69,8 @@ _HOUSEKEEPING_INTERVAL_S = 0.05
 # 1% poison at ~500,000 records/s: broker CPU per dead letter fell from ~90 us (one
 # small acks=all produce request per partition every 5 ms) to a few us.
 _DLQ_LINGER_MS = 100
+
+_offset_of = operator.attrgetter("offset")
 
 
 class StreamMessage:
@@ -172,9 +175,20 @@ class StreamMessage:
 class _Run:
     """Fetched records of one partition, in offset order, as fetched together. Its
     records are handed out from ``pos`` on; a handed-out record keeps its run (the
-    partition, the consumer, when the run was fetched), not the records after it."""
+    partition, the consumer, when the run was fetched), not the records after it. A
+    record handed out again for a retry gets the run's ``redelivered`` twin instead,
+    whose ack queue is the partition's ``retry_acks``."""
 
-    __slots__ = ("acks", "consumer", "first_offset", "first_seen_ms", "messages", "pos", "state")
+    __slots__ = (
+        "acks",
+        "consumer",
+        "first_offset",
+        "first_seen_ms",
+        "messages",
+        "pos",
+        "redelivery",
+        "state",
+    )
 
     def __init__(
         self,
@@ -193,6 +207,18 @@ class _Run:
         # The offset of messages[0] when the offsets are consecutive (then the offset
         # of messages[i] is first_offset + i), else None.
         self.first_offset = first_offset
+        self.redelivery: _Run | None = None
+
+    def redelivered(self) -> _Run:
+        """This run as its records handed out again see it: their acks go to the
+        partition's ``retry_acks`` (they are parked), the rest is the same."""
+        again = self.redelivery
+        if again is None:
+            again = _Run(self.consumer, self.state, [], self.first_seen_ms, None)
+            again.acks = self.state.retry_acks
+            again.redelivery = again
+            self.redelivery = again
+        return again
 
 
 class _LaneBuffer:
@@ -686,25 +712,35 @@ class StreamConsumer:
 
     def _apply_nacks(self) -> None:
         """Count an attempt for each nacked record, then schedule its retry or, after
-        ``max_attempts``, dead-letter it (hold the lock). Records due again together
-        (same attempt, same lane) are scheduled as one batch."""
+        ``max_attempts``, dead-letter it (hold the lock). Attempts are counted a
+        partition at a time; records due again together (same attempt, same lane) are
+        scheduled as one batch."""
         nacks = self._nacks
         n = len(nacks)
         batch = nacks[:n]
         del nacks[:n]  # one step each under the GIL: a nack appended meanwhile is kept
         self.stats["nacked"] += n
+        by_partition: dict[PartitionState, list[StreamMessage]] = {}
+        for msg in batch:
+            by_partition.setdefault(msg._run.state, []).append(msg)
         max_attempts = self.max_attempts
         retries: dict[tuple[int, int], list[StreamMessage]] = {}  # (attempts, priority)
-        for msg in batch:
-            state = msg._run.state
-            attempts = state.nack(msg.offset)
-            if attempts < max_attempts:
-                if not state.revoked:  # else the unit moved to another member
+        for state, messages in by_partition.items():
+            counts = state.nack(list(map(_offset_of, messages)))
+            if max(counts) < max_attempts and not state.revoked:  # the usual case
+                priority = state.priority
+                for msg, attempts in zip(messages, counts, strict=True):
+                    retries.setdefault((attempts, priority), []).append(msg)
+                continue
+            for msg, attempts in zip(messages, counts, strict=True):
+                if attempts >= max_attempts:
+                    error = msg.last_error
+                    reason = f"max attempts ({max_attempts}) reached" + (
+                        f": {error}" if error else ""
+                    )
+                    self._dead_letter(msg, reason, attempts)
+                elif not state.revoked:  # else the unit moved to another member
                     retries.setdefault((attempts, state.priority), []).append(msg)
-            else:
-                error = msg.last_error
-                reason = f"max attempts ({max_attempts}) reached" + (f": {error}" if error else "")
-                self._dead_letter(msg, reason, attempts)
         if retries:
             now = time.monotonic()
             delays = self._retry_delays
@@ -721,7 +757,7 @@ class StreamConsumer:
             if dlq:
                 self._dead_letter(msg, reason, attempts)
             else:
-                state.settle(msg.offset, rejected=True)
+                state.settle([msg.offset], rejected=True)
                 self.stats["rejected"] += 1
 
     def _dead_letter(self, msg: StreamMessage, reason: str, attempts: int) -> None:
@@ -763,8 +799,11 @@ class StreamConsumer:
         if n:
             batch = written[:n]
             del written[:n]  # one step each under the GIL, like the acks
+            by_partition: dict[PartitionState, list[int]] = {}
             for msg in batch:
-                msg._run.state.settle(msg.offset, rejected=True)
+                by_partition.setdefault(msg._run.state, []).append(msg.offset)
+            for state, offsets in by_partition.items():
+                state.settle(offsets, rejected=True)
             self._dlq_pending -= n
             self.stats["rejected"] += n
             self.stats["dlq"] += n
@@ -787,6 +826,8 @@ class StreamConsumer:
             for batch in self._retries.pop_due(time.monotonic()):
                 for again in batch:
                     again._done = False
+                    run = again._run
+                    again._run = run.redelivery or run.redelivered()
                 buffers[batch[0]._run.state.priority].add_retries(batch)
 
     def _poll_dlq(self, timeout: float) -> None:

@@ -10,28 +10,34 @@ Acks are the hot path (one per record), so they take no lock: ``ack`` appends th
 offset to a list (``list.append`` is one step under the GIL) and ``apply_acks`` takes
 the queued offsets with a slice and a ``del`` of that slice (an ack appended between
 the two lands after it and is kept), then folds them into the settled set through
-``RangeSet.add_sorted``: one ``add_range`` per run of consecutive offsets.
+``RangeSet.add_sorted`` (mostly one ``add_range``: acks come in runs).
 Everything that reads the settled state (``unsettled``, ``progress``) applies the
 queue first. A nacked record is *parked*: ``nack`` queues its offset to be folded in
 with the acks (a retried record does not split the run of acks around it) and
 ``parked`` remembers that it is not settled, so ``settled_now`` (what commits see)
 leaves it out and ``in_flight`` counts it until its retry is acked or ``settle``
-marks it rejected. Ingestion times are kept in runs of consecutive offsets
-(``IngestionTimes``), looked up by bisection and trimmed as the low watermark passes;
-``settle`` need not touch them.
+marks it rejected. A retry's ack has a queue of its own, ``retry_acks`` (the
+consumer hands retries out with a run whose ack queue is that list), so the acks of
+first deliveries are never checked against the parked set or the retry counts.
+Ingestion times are kept in runs of consecutive offsets (``IngestionTimes``), looked
+up by bisection and trimmed as the low watermark passes; ``settle`` need not touch
+them.
 
-Apart from ``ack``, not thread-safe by itself: the consumer holds its lock around
-every other call.
+Apart from ``ack`` and ``ack_retry``, not thread-safe by itself: the consumer holds
+its lock around every other call.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import repeat
 
 from streamplane.client.ingestion_times import IngestionTimes
 from streamplane.core.commitlog import PartitionProgress
 from streamplane.core.rangeset import RangeSet
+
+_plus_one = (1).__add__
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class PartitionState:
         "rejecting",
         "restored_high",
         "restored_skips",
+        "retry_acks",
         "revoked",
         "settled",
         "times",
@@ -80,6 +87,9 @@ class PartitionState:
         # Acked offsets not applied to ``settled`` yet. Never replaced (drained by slice
         # and del): the consumer's fetch runs hold this list to append to.
         self.acks: list[int] = []
+        # Acked redelivered records (they are parked), queued like ``acks``: the first
+        # deliveries' acks need no check against the parked set.
+        self.retry_acks: list[int] = []
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far
@@ -159,72 +169,97 @@ class PartitionState:
         """Settle ``offset`` later, at the next ``apply_acks`` (no lock needed)."""
         self.acks.append(offset)
 
+    def ack_retry(self, offset: int) -> None:
+        """Settle a redelivered (parked) ``offset`` later, like ``ack``."""
+        self.retry_acks.append(offset)
+
     def apply_acks(self) -> int:
-        """Fold the queued acks (and newly parked offsets) into the settled set; the
-        number of records newly settled by acks."""
+        """Fold the queued acks (and newly parked offsets) into the settled set, and
+        settle the redelivered records acked; the number of records newly settled."""
         acks = self.acks
         n = len(acks)
         parking = self.parking
-        if not n and not parking:
-            return 0
-        offsets = acks[:n]
-        del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
-        acked = set(offsets)
-        if parking:
-            self.parking = []
-            offsets += parking
-            unique = acked.union(parking)
-        else:
-            unique = acked
-        if len(unique) == len(offsets):
-            offsets.sort()
-        else:  # the same record acked twice (from two threads)
-            offsets = sorted(unique)
-        base = self.base
-        if base is not None and offsets[0] < base:  # settled by an earlier commit
-            offsets = offsets[bisect_left(offsets, base) :]
-        # Parked offsets are never settled yet, so each of them counts in ``added``.
-        newly_settled = self.settled.add_sorted(offsets, distinct=True) - len(parking)
-        attempts = self.attempts
-        if attempts:  # records being retried: forget the counts of those acked now
-            parked = self.parked
-            for offset in acked.intersection(attempts):
-                del attempts[offset]
-                if offset in parked:  # a retry acked: in ``settled`` already
-                    parked.discard(offset)
-                    newly_settled += 1
+        newly_settled = 0
+        if n or parking:
+            offsets = acks[:n]
+            del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
+            unique = set(offsets)
+            if parking:
+                self.parking = []
+                offsets += parking
+                unique.update(parking)
+            if len(unique) == len(offsets):
+                offsets.sort()
+            else:  # the same record acked twice (from two threads)
+                offsets = sorted(unique)
+            base = self.base
+            if base is not None and offsets[0] < base:  # settled by an earlier commit
+                offsets = offsets[bisect_left(offsets, base) :]
+            # Parked offsets are never settled yet, so each of them counts in ``added``.
+            newly_settled = self.settled.add_sorted(offsets, distinct=True) - len(parking)
+        if self.retry_acks:
+            newly_settled += self._apply_retry_acks()
         if newly_settled:
             self.in_flight -= newly_settled
             self.acked += newly_settled
             self.dirty = True
         return newly_settled
 
-    def settle(self, offset: int, rejected: bool = False) -> bool:
-        """Mark ``offset`` settled now; False if it already was (a duplicate ack)."""
-        if self.base is not None and offset < self.base:
-            return False
-        if offset in self.parked:
-            self.parked.discard(offset)  # in ``settled`` (or ``parking``) already
-        elif not self.settled.add(offset):
-            return False
-        if rejected:
-            self.rejecting.append(offset)
-        self.in_flight -= 1
-        if self.attempts:
-            self.attempts.pop(offset, None)
-        self.dirty = True
-        return True
+    def _apply_retry_acks(self) -> int:
+        """Redelivered records acked: parked, so in ``settled`` already; now settled
+        for real, and their retry counts are forgotten."""
+        retry_acks = self.retry_acks
+        n = len(retry_acks)
+        acked = self.parked.intersection(retry_acks[:n])  # a duplicate ack counts once
+        del retry_acks[:n]
+        self.parked -= acked
+        attempts = self.attempts
+        for offset in acked:
+            attempts.pop(offset, None)
+        return len(acked)
 
-    def nack(self, offset: int) -> int:
-        """Count an attempt of ``offset`` and park it until it settles; the attempts
-        so far."""
-        n = self.attempts.get(offset, 0) + 1
-        self.attempts[offset] = n
+    def settle(self, offsets: list[int], *, rejected: bool = False) -> int:
+        """Mark ``offsets`` settled now (rejected: dead-lettered, or given up without a
+        dead letter); how many were not settled before (duplicates are skipped). The
+        consumer settles each partition's acked dead letters in one call."""
+        unique = set(offsets)
+        base = self.base
+        if base is not None and min(unique, default=base) < base:
+            unique = {offset for offset in unique if offset >= base}
+        parked = self.parked
+        newly = unique & parked  # in ``settled`` (or ``parking``) already
+        if newly:
+            parked -= newly
+        add = self.settled.add
+        for offset in unique - newly:  # not parked: settled now unless it was before
+            if add(offset):
+                newly.add(offset)
+        n = len(newly)
+        if not n:
+            return 0
+        if rejected:
+            self.rejecting += newly
+        self.in_flight -= n
+        attempts = self.attempts
+        if attempts:
+            for offset in newly.intersection(attempts):
+                del attempts[offset]
         self.dirty = True
-        if offset not in self.parked:
-            self.parked.add(offset)
-            self.parking.append(offset)
         return n
+
+    def nack(self, offsets: list[int]) -> list[int]:
+        """Count an attempt of each of ``offsets`` (distinct) and park them until they
+        settle; the attempts so far, in the same order."""
+        attempts = self.attempts
+        counts = list(map(_plus_one, map(attempts.get, offsets, repeat(0))))
+        attempts.update(zip(offsets, counts, strict=True))
+        parked = self.parked
+        fresh = set(offsets) - parked
+        if fresh:  # first nacks (a retry nacked again is parked already)
+            parked |= fresh
+            self.parking += fresh
+        self.dirty = True
+        return counts
 
     def settled_now(self) -> RangeSet:
         """The settled offsets at or above the low watermark, parked ones left out."""
@@ -258,6 +293,10 @@ class PartitionState:
             timestamp_for=self.timestamp_of,
         )
         base = self.base = progress.low_watermark
+        if len(self.attempts) != len(progress.retries):
+            # counts restored from a commit whose records were acked since (their first
+            # delivery here: acked through ``acks``, not checked against the counts)
+            self.attempts = dict(progress.retries)
         self.settled.remove_below(base)
         self.rejected.remove_below(base)
         self._trim_fetched(base, settled)

@@ -27,7 +27,6 @@ from streamplane.exceptions import ConfigError
 __all__ = ["RangeSet"]
 
 _plus_one = (1).__add__
-_minus_one = (-1).__add__
 
 
 class RangeSet:
@@ -168,10 +167,11 @@ class RangeSet:
 
         A consumer folds its queued acknowledgements through here, a few hundred at a
         time, mostly one run of consecutive offsets (one ``add_range``); its commits
-        fold rejected offsets, mostly isolated ones. Without duplicates the offsets are
-        one run exactly when ``offsets[-1] - offsets[0] == n - 1``; otherwise the runs
-        are found by a few C-level passes, no Python step per offset, and join the set
-        in one merge.
+        fold rejected offsets, mostly isolated ones. The Python work is per run, not per
+        integer: without duplicates a slice ``[i, j)`` is one run exactly when
+        ``offsets[j - 1] - offsets[i] == j - 1 - i``, so the end of each run is found by
+        galloping (one probe past an isolated offset, a bisection over a long run), and
+        the runs join the set in one merge.
         """
         n = len(offsets)
         if not n:
@@ -185,13 +185,32 @@ class RangeSet:
             return self.add_range(offsets[0], offsets[-1] + 1)
         if offsets[0] < 0:
             raise ConfigError(f"RangeSet holds non-negative integers only, got {offsets[0]}")
-        # a run ends where the next offset is not one more
-        breaks = list(compress(range(1, n), map(operator.ne, offsets[1:], map(_plus_one, offsets))))
-        run_starts = [offsets[0], *map(offsets.__getitem__, breaks)]
-        run_ends = [
-            *map(_plus_one, map(offsets.__getitem__, map(_minus_one, breaks))),
-            offsets[-1] + 1,
-        ]
+        run_starts: list[int] = []
+        run_ends: list[int] = []
+        i = 0
+        while i < n:
+            first = offsets[i]
+            if offsets[-1] - first == n - 1 - i:  # the rest is one run
+                run_starts.append(first)
+                run_ends.append(offsets[-1] + 1)
+                break
+            # gallop: offsets[lo] is in the run, offsets[hi] is not (or hi == n)
+            lo, hi, step = i, i + 1, 1
+            while hi < n and offsets[hi] - first == hi - i:
+                lo = hi
+                step += step
+                hi = lo + step
+            if hi > n:
+                hi = n
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if offsets[mid] - first == mid - i:
+                    lo = mid
+                else:
+                    hi = mid
+            run_starts.append(first)
+            run_ends.append(offsets[lo] + 1)
+            i = lo + 1
         return self._merge(run_starts, run_ends)
 
     def update(self, other: RangeSet) -> None:

@@ -18,7 +18,7 @@ def test_low_watermark_advances_over_contiguous_acks_only() -> None:
     s = PartitionState(KEY, "realtime", 0)
     assert fetched(s, range(0, 10)) == list(range(10))
     for o in (0, 1, 2, 5, 6, 9):
-        s.settle(o)
+        s.settle([o])
     p = s.progress(now_ms=5000)
     assert p.low_watermark == 3
     assert list(p.settled) == [5, 6, 9]
@@ -30,7 +30,7 @@ def test_caught_up_has_no_timestamp() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 4))
     for o in range(4):
-        s.settle(o)
+        s.settle([o])
     p = s.progress(now_ms=5000)
     assert p.low_watermark == 4
     assert p.low_watermark_timestamp_ms is None
@@ -41,7 +41,7 @@ def test_gaps_in_offsets_are_settled() -> None:
     assert s.on_fetch(0, 1)
     assert s.on_fetch(5, 1)  # offsets 1..4 do not exist (compaction, markers)
     assert s.gaps_settled == 4  # counted, for partition_states()
-    s.settle(0)
+    s.settle([0])
     assert s.progress(now_ms=1).low_watermark == 5
 
 
@@ -59,15 +59,15 @@ def test_restore_skips_settled_and_keeps_retries() -> None:
     assert delivered == [10, 11, 15, 16]
     assert s.restored_skips == 3
     assert s.attempts[10] == 2
-    assert s.nack(10) == 3
+    assert s.nack([10]) == [3]
 
 
 def test_duplicate_ack_is_ignored_and_rejected_marked() -> None:
     s = PartitionState(KEY, "bulk", 1)
     fetched(s, range(0, 3))
-    assert s.settle(1, rejected=True)
-    assert not s.settle(1)
-    s.settle(0)
+    assert s.settle([1], rejected=True) == 1
+    assert s.settle([1]) == 0
+    s.settle([0])
     p = s.progress(now_ms=1)
     assert p.low_watermark == 2
     assert s.unsettled() == 1
@@ -121,9 +121,10 @@ def test_acks_from_other_threads_are_never_lost_while_applied() -> None:
 def test_progress_applies_queued_acks_and_clears_retry_counts() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 3))
-    s.nack(1)
-    for o in range(3):
-        s.ack(o)
+    s.nack([1])
+    s.ack(0)
+    s.ack_retry(1)  # its redelivery
+    s.ack(2)
     p = s.progress(now_ms=1)
     assert p.low_watermark == 3
     assert p.retries == {}
@@ -153,17 +154,20 @@ def test_acks_forget_the_retry_counts_of_acked_records_only() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 10))
     for o in (2, 5, 7):
-        s.nack(o)
-    for o in (0, 1, 2, 3, 7):
+        s.nack([o])
+    for o in (0, 1, 3):
         s.ack(o)
+    for o in (2, 7):  # redeliveries
+        s.ack_retry(o)
     assert s.apply_acks() == 5
     assert s.attempts == {5: 1}  # still retrying: its count is kept
+    assert s.parked == {5}
 
 
 def test_a_parked_record_holds_the_low_watermark_while_acks_fold_past_it() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 10))
-    assert s.nack(4) == 1
+    assert s.nack([4]) == [1]
     for o in range(10):
         if o != 4:
             s.ack(o)
@@ -175,10 +179,10 @@ def test_a_parked_record_holds_the_low_watermark_while_acks_fold_past_it() -> No
     assert list(p.settled) == [5, 6, 7, 8, 9]
     assert p.retries == {4: 1}
     assert p.low_watermark_timestamp_ms == 1004
-    assert s.nack(4) == 2  # a second attempt: parked once
+    assert s.nack([4]) == [2]  # a second attempt: parked once
     assert s.parking == []
-    assert s.settle(4, rejected=True)  # dead-lettered
-    assert not s.settle(4)
+    assert s.settle([4], rejected=True) == 1  # dead-lettered
+    assert s.settle([4]) == 0
     assert s.unsettled() == 0 and s.parked == set()
     p = s.progress(now_ms=2)
     assert p.low_watermark == 10 and p.retries == {}
@@ -187,11 +191,11 @@ def test_a_parked_record_holds_the_low_watermark_while_acks_fold_past_it() -> No
 def test_a_retry_acked_leaves_the_parked_set() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 3))
-    s.nack(1)
+    s.nack([1])
     s.ack(0)
     s.ack(2)
     assert s.apply_acks() == 2
-    s.ack(1)  # the redelivery succeeded
+    s.ack_retry(1)  # the redelivery succeeded
     assert s.apply_acks() == 1
     assert s.acked == 3 and s.unsettled() == 0
     assert s.parked == set() and s.attempts == {}
@@ -202,8 +206,8 @@ def test_settling_a_parked_record_before_its_parking_is_folded() -> None:
     """A dead letter's delivery report can arrive before the next apply_acks."""
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 4))
-    s.nack(2)
-    assert s.settle(2, rejected=True)
+    s.nack([2])
+    assert s.settle([2], rejected=True) == 1
     for o in (0, 1, 3):
         s.ack(o)
     assert s.apply_acks() == 3
@@ -216,7 +220,7 @@ def test_settling_a_parked_record_before_its_parking_is_folded() -> None:
 def test_a_parked_stuck_record_keeps_its_ingestion_time_when_trimmed() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 50_000))
-    s.nack(0)
+    s.nack([0])
     for o in range(1, 50_000):
         s.ack(o)
     p = s.progress(now_ms=1)
@@ -225,3 +229,44 @@ def test_a_parked_stuck_record_keeps_its_ingestion_time_when_trimmed() -> None:
     assert len(s.times) <= 2 * s.unsettled() + 1024
     p = s.progress(now_ms=2)  # trimmed again: the parked record's time is still known
     assert p.low_watermark_timestamp_ms == 1000
+
+
+def test_nack_counts_a_batch_in_order_and_parks_each_offset_once() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 10))
+    assert s.nack([7, 2]) == [1, 1]
+    assert s.nack([2, 5, 7]) == [2, 1, 2]  # retries nacked again, and a first nack
+    assert s.parked == {2, 5, 7}
+    assert sorted(s.parking) == [2, 5, 7]  # each parked once
+    assert s.attempts == {2: 2, 5: 1, 7: 2}
+
+
+def test_settle_a_batch_of_dead_letters() -> None:
+    """Parked (retried) and never-parked (rejected at once) records, a duplicate and an
+    offset below the low watermark, settled in one call."""
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 10))
+    for o in (0, 1):
+        s.ack(o)
+    s.nack([3, 6])
+    assert s.progress(now_ms=1).low_watermark == 2
+    assert s.settle([6, 3, 8, 6, 1], rejected=True) == 3  # 1 is below the watermark
+    assert s.settle([8], rejected=True) == 0  # settled already
+    assert s.parked == set() and s.attempts == {}
+    assert s.unsettled() == 10 - 2 - 3
+    for o in (2, 4, 5, 7, 9):
+        s.ack(o)
+    assert s.progress(now_ms=2).low_watermark == 10
+    assert s.unsettled() == 0
+
+
+def test_a_restored_retry_count_is_forgotten_once_its_record_is_acked() -> None:
+    committed = PartitionProgress(low_watermark=10, commit_time_ms=1, retries={10: 2, 12: 1})
+    s = PartitionState(KEY, "realtime", 0)
+    s.restore(committed, 10)
+    fetched(s, range(10, 14))
+    for o in (10, 11, 13):  # first deliveries here: acked through the plain queue
+        s.ack(o)
+    p = s.progress(now_ms=2)
+    assert p.low_watermark == 12 and p.retries == {12: 1}
+    assert s.attempts == {12: 1}
