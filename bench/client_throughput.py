@@ -147,10 +147,11 @@ def handle_record(
     m: StreamMessage, parse: Callable[[bytes | None], int] | None, poison_every: int
 ) -> bool:
     """The benchmark's application: True for a good record (acked), False for a poison
-    pill (nacked). The poison comparison parses every record in both of its runs (the
-    same handler work); only the poisoned run has pills."""
+    pill (nacked). The poison comparison parses every record and tests whether it is a
+    pill in both of its runs (the same handler work); only in the poisoned run
+    (``poison_every`` set) does a pill fail."""
     number = parse(m.value) if parse is not None else 1
-    if poison_every and number % poison_every == 0:
+    if parse is not None and number % POISON_EVERY == 0 and poison_every:
         m.nack("poison")
         return False
     handle(m.value)

@@ -170,7 +170,7 @@ def consume(
         while good < target or (poison and c.stats["dlq"] < total - target):
             for m in c.poll_batch(500, 0.5):
                 number = int(m.value or b"0")  # the handler's work, in both runs
-                if poison and number % POISON_EVERY == 0:
+                if number % POISON_EVERY == 0 and poison:  # the same test in both runs
                     m.nack("poison")
                     continue
                 good += 1

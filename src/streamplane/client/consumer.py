@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from types import TracebackType
 from typing import Any, Self
 
@@ -164,6 +163,10 @@ class StreamMessage:
     def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected)."""
         self._run.consumer._reject(self, reason, dlq)
+
+    def _dead_letter_report(self, err: object, _written: Message) -> None:
+        """The delivery report of this record's dead letter."""
+        self._run.consumer._dlq_delivered(self, err)
 
     def __repr__(self) -> str:
         return (
@@ -779,10 +782,10 @@ class StreamConsumer:
             raw.value(),
             key=raw.key(),
             headers=headers,
-            on_delivery=partial(self._dlq_delivered, msg),
+            on_delivery=msg._dead_letter_report,  # one bound method: no partial to track
         )
 
-    def _dlq_delivered(self, msg: StreamMessage, err: object, _written: Message) -> None:
+    def _dlq_delivered(self, msg: StreamMessage, err: object) -> None:
         # Runs inside the dlq producer's poll or flush, on whichever thread called it:
         # queued here, settled by the next ``_apply_acks`` under the lock.
         if err is None:

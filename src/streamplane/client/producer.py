@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -74,6 +73,24 @@ class _Route:
     cluster: str
     epoch: int
     counts: _TopicCounts
+
+
+class _OwnReport:
+    """The delivery report of a record sent with its own ``on_delivery``: a failure is
+    counted by the producer, then the caller's callback decides what it means. One
+    small object per record (a ``partial`` of a bound method would be three, each
+    tracked by the garbage collector until the report is served)."""
+
+    __slots__ = ("callback", "producer")
+
+    def __init__(self, producer: StreamProducer, callback: DeliveryCallback) -> None:
+        self.producer = producer
+        self.callback = callback
+
+    def __call__(self, err: _RawKafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.producer._count_failure(msg)
+        self.callback(err, msg)
 
 
 class StreamProducer:
@@ -257,7 +274,7 @@ class StreamProducer:
         if on_delivery is None:
             callback = None
         elif self._all_reports:
-            callback = partial(self._on_own_delivery, on_delivery)
+            callback = _OwnReport(self, on_delivery)
         else:
             raise ConfigError(
                 "send(on_delivery=...) needs StreamProducer(..., delivery_reports='all'): "
@@ -331,15 +348,6 @@ class StreamProducer:
     def _on_statistics(self, stats_json: str) -> None:
         """librdkafka's statistics (every few seconds): the produce latency windows."""
         METRICS.produce_latency_windows(self.stream, stats_json)
-
-    def _on_own_delivery(
-        self, callback: DeliveryCallback, err: _RawKafkaError | None, msg: Message
-    ) -> None:
-        """A record sent with its own ``on_delivery``: a failure is counted, then the
-        caller's callback decides what it means."""
-        if err is not None:
-            self._count_failure(msg)
-        callback(err, msg)
 
     def _report_deliveries(self) -> None:
         """Publish what was sent and acknowledged since the last report to METRICS."""
