@@ -197,7 +197,7 @@ class _Run:
         self,
         consumer: StreamConsumer,
         state: PartitionState,
-        messages: list[Message],
+        messages: Sequence[Message],
         first_seen_ms: int,
         first_offset: int | None,
     ) -> None:
@@ -217,7 +217,7 @@ class _Run:
         partition's ``retry_acks`` (they are parked), the rest is the same."""
         again = self.redelivery
         if again is None:
-            again = _Run(self.consumer, self.state, [], self.first_seen_ms, None)
+            again = _Run(self.consumer, self.state, (), self.first_seen_ms, None)
             again.acks = self.state.retry_acks
             again.redelivery = again
             self.redelivery = again
@@ -588,7 +588,7 @@ class StreamConsumer:
                         out.append(StreamMessage(entry, m, m.offset()))  # type: ignore[arg-type]
                 if end == len(messages):
                     entries.popleft()
-                    entry.messages = []  # handed out: its records live in their messages
+                    entry.messages = ()  # handed out: its records live in their messages
                 else:
                     entry.pos = end
                 buf.size -= end - pos
