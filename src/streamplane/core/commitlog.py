@@ -423,6 +423,20 @@ def _put_uvarint(out: bytearray, value: int) -> None:
     out.append(value)
 
 
+def _put_uvarint_pairs(out: bytearray, firsts: list[int], seconds: list[int]) -> None:
+    """``firsts[0], seconds[0], firsts[1], ...`` as uvarints; one slice assignment
+    each when every value fits in a byte (the usual case)."""
+    if max(firsts) < 0x80 and max(seconds) < 0x80:
+        pairs = bytearray(2 * len(firsts))
+        pairs[0::2] = firsts
+        pairs[1::2] = seconds
+        out += pairs
+    else:
+        for first, second in zip(firsts, seconds, strict=True):
+            _put_uvarint(out, first)
+            _put_uvarint(out, second)
+
+
 def _uvarint_size(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 
@@ -528,15 +542,7 @@ def _put_section(out: bytearray, origin: int, starts: list[int], ends: list[int]
     else:
         out.append(_KIND_RUNS)
         _put_uvarint(out, n)
-        if max(gap_bits) < 8 and max(length_bits) < 8:  # every varint is one byte
-            pairs = bytearray(2 * n)
-            pairs[0::2] = gaps
-            pairs[1::2] = lengths
-            out += pairs
-        else:
-            for gap, length in zip(gaps, lengths, strict=True):
-                _put_uvarint(out, gap)
-                _put_uvarint(out, length)
+        _put_uvarint_pairs(out, gaps, lengths)
 
 
 def _body(flat: _Flat, horizon: int | None, spill: SpillPointer | None) -> bytes:
@@ -564,16 +570,7 @@ def _body(flat: _Flat, horizon: int | None, spill: SpillPointer | None) -> bytes
     if retry_offsets:
         # per retry: the gap from the previous one (or the low watermark), attempts - 1
         gaps = list(map(operator.sub, retry_offsets, [lw, *map(_plus_one, retry_offsets)]))
-        counts = list(map(_minus_one, retry_attempts))
-        if max(gaps) < 0x80 and max(counts) < 0x80:  # every varint is one byte
-            pairs = bytearray(2 * len(gaps))
-            pairs[0::2] = gaps
-            pairs[1::2] = counts
-            out += pairs
-        else:
-            for gap, count in zip(gaps, counts, strict=True):
-                _put_uvarint(out, gap)
-                _put_uvarint(out, count)
+        _put_uvarint_pairs(out, gaps, list(map(_minus_one, retry_attempts)))
     return bytes(out)
 
 
