@@ -217,9 +217,11 @@ class _Run:
         partition's ``retry_acks`` (they are parked), the rest is the same."""
         again = self.redelivery
         if again is None:
-            again = _Run(self.consumer, self.state, (), self.first_seen_ms, None)
-            again.acks = self.state.retry_acks
-            again.redelivery = again
+            state = self.state
+            if self.acks is state.retry_acks:
+                return self  # the twin itself (a self-reference would be a cycle)
+            again = _Run(self.consumer, state, (), self.first_seen_ms, None)
+            again.acks = state.retry_acks
             self.redelivery = again
         return again
 
