@@ -730,6 +730,8 @@ class StreamConsumer:
             by_partition.setdefault(msg._run.state, []).append(msg)
         max_attempts = self.max_attempts
         retries: dict[tuple[int, int], list[StreamMessage]] = {}  # (attempts, priority)
+        exhausted: list[tuple[StreamMessage, str, int]] = []  # (record, reason, attempts)
+        reason = f"max attempts ({max_attempts}) reached"
         for state, messages in by_partition.items():
             counts = state.nack(list(map(_offset_of, messages)))
             if max(counts) < max_attempts and not state.revoked:  # the usual case
@@ -740,12 +742,11 @@ class StreamConsumer:
             for msg, attempts in zip(messages, counts, strict=True):
                 if attempts >= max_attempts:
                     error = msg.last_error
-                    reason = f"max attempts ({max_attempts}) reached" + (
-                        f": {error}" if error else ""
-                    )
-                    self._dead_letter(msg, reason, attempts)
+                    exhausted.append((msg, f"{reason}: {error}" if error else reason, attempts))
                 elif not state.revoked:  # else the unit moved to another member
                     retries.setdefault((attempts, state.priority), []).append(msg)
+        if exhausted:
+            self._dead_letters(exhausted)
         if retries:
             now = time.monotonic()
             delays = self._retry_delays
@@ -760,32 +761,33 @@ class StreamConsumer:
             state = msg._run.state
             attempts = msg.attempts + 1
             if dlq:
-                self._dead_letter(msg, reason, attempts)
+                self._dead_letters([(msg, reason, attempts)])
             else:
                 state.settle([msg.offset], rejected=True)
                 self.stats["rejected"] += 1
 
-    def _dead_letter(self, msg: StreamMessage, reason: str, attempts: int) -> None:
-        """Produce to the dlq lane; the record is settled once the dlq write is acked."""
-        assert self._dlq is not None
-        self._dlq_pending += 1
-        raw, run = msg._raw, msg._run
-        state = run.state
-        key = state.key
-        headers = dlq_headers(
-            source_headers(self.stream, state.lane, key.cluster, key.topic, key.partition),
-            raw.headers(),  # type: ignore[arg-type]
-            offset=msg.offset,
-            attempts=attempts,
-            error=reason,
-            first_seen_ms=run.first_seen_ms,
-        )
-        self._dlq.send(
-            raw.value(),
-            key=raw.key(),
-            headers=headers,
-            on_delivery=msg._dead_letter_report,  # one bound method: no partial to track
-        )
+    def _dead_letters(self, letters: list[tuple[StreamMessage, str, int]]) -> None:
+        """Produce each (record, reason, attempts) to the dlq lane, in one loop; a
+        record is settled once its dlq write is acked."""
+        dlq = self._dlq
+        assert dlq is not None
+        self._dlq_pending += len(letters)
+        send = dlq.send
+        stream = self.stream
+        for msg, reason, attempts in letters:
+            raw, run = msg._raw, msg._run
+            state = run.state
+            key = state.key
+            headers = dlq_headers(
+                source_headers(stream, state.lane, key.cluster, key.topic, key.partition),
+                raw.headers(),  # type: ignore[arg-type]
+                offset=msg.offset,
+                attempts=attempts,
+                error=reason,
+                first_seen_ms=run.first_seen_ms,
+            )
+            # the report is one bound method: no partial for the collector to track
+            send(raw.value(), raw.key(), headers, None, msg._dead_letter_report)
 
     def _dlq_delivered(self, msg: StreamMessage, err: object) -> None:
         # Runs inside the dlq producer's poll or flush, on whichever thread called it:
