@@ -734,17 +734,13 @@ class StreamConsumer:
         reason = f"max attempts ({max_attempts}) reached"
         for state, messages in by_partition.items():
             counts = state.nack(list(map(_offset_of, messages)))
-            if max(counts) < max_attempts and not state.revoked:  # the usual case
-                priority = state.priority
-                for msg, attempts in zip(messages, counts, strict=True):
-                    retries.setdefault((attempts, priority), []).append(msg)
-                continue
+            revoked, priority = state.revoked, state.priority
             for msg, attempts in zip(messages, counts, strict=True):
                 if attempts >= max_attempts:
                     error = msg.last_error
                     exhausted.append((msg, f"{reason}: {error}" if error else reason, attempts))
-                elif not state.revoked:  # else the unit moved to another member
-                    retries.setdefault((attempts, state.priority), []).append(msg)
+                elif not revoked:  # else the unit moved to another member
+                    retries.setdefault((attempts, priority), []).append(msg)
         if exhausted:
             self._dead_letters(exhausted)
         if retries:
@@ -833,8 +829,7 @@ class StreamConsumer:
             for batch in self._retries.pop_due(time.monotonic()):
                 for again in batch:
                     again._done = False
-                    run = again._run
-                    again._run = run.redelivery or run.redelivered()
+                    again._run = again._run.redelivered()
                 buffers[batch[0]._run.state.priority].add_retries(batch)
 
     def _poll_dlq(self, timeout: float) -> None:

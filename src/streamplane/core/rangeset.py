@@ -271,12 +271,9 @@ class RangeSet:
         removed = sorted(set(offsets)) if starts else []
         if removed:
             removed = list(compress(removed, self.contains_each(removed)))
-        result = RangeSet()
         if not removed:
-            result._starts = starts.copy()
-            result._ends = ends.copy()
-            result._count = self._count
-            return result
+            return self.copy()
+        result = RangeSet()
         new_starts = sorted([*starts, *map(_plus_one, removed)])
         new_ends = sorted([*ends, *removed])
         non_empty = list(map(operator.lt, new_starts, new_ends))
