@@ -35,20 +35,21 @@ from streamplane.client.producer import StreamProducer
 
 
 def _settle_without_dlq(
-    consumer: StreamConsumer, msg: StreamMessage, reason: str, attempts: int
+    consumer: StreamConsumer, letters: list[tuple[StreamMessage, str, int]]
 ) -> None:
-    msg._run.state.settle([msg.offset], rejected=True)
-    consumer.stats["rejected"] += 1
+    for msg, _reason, _attempts in letters:
+        msg._run.state.settle([msg.offset], rejected=True)
+    consumer.stats["rejected"] += len(letters)
 
 
 @contextmanager
 def no_dlq_write() -> Iterator[None]:
-    shipped = StreamConsumer._dead_letter
-    StreamConsumer._dead_letter = _settle_without_dlq  # type: ignore[method-assign,assignment]
+    shipped = StreamConsumer._dead_letters
+    StreamConsumer._dead_letters = _settle_without_dlq  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        StreamConsumer._dead_letter = shipped  # type: ignore[method-assign]
+        StreamConsumer._dead_letters = shipped  # type: ignore[method-assign]
 
 
 @contextmanager
