@@ -1,0 +1,157 @@
+"""Instructions the consuming thread runs per good record, clean vs 1% poison, on the
+real stack (valgrind's callgrind counts them; wall-clock pairs on a small shared
+machine move by +-10-20%, instruction counts do not).
+
+    .venv/bin/python bench/poison_instructions.py [--records 40000] [--handler json|int]
+
+A local stack (one Kafka cluster, the control plane) is started and a stream filled;
+then each side (clean, then poisoned) runs ``client_throughput.stream_consume`` in a
+child process under ``valgrind --tool=callgrind --separate-threads=yes``. The counters
+are zeroed at the first record and dumped after the last good one
+(``callgrind_control``), so start-up and close are left out; only the main thread's
+count is read. Valgrind slows the process ~50x, so the consumer's clocks are stretched
+by the same factor (retry backoff, housekeeping interval, dlq linger, commit interval)
+and the Assigner is off (its leases would lapse). The printed ratio is clean/poisoned
+instructions per good record: what the consuming thread's own work predicts for the
+good-record throughput ratio (target >= 0.95). Not counted: the broker, librdkafka's
+threads, and cache or scheduling effects (``client_throughput.py`` measures the whole).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+import uuid
+from pathlib import Path
+
+import client_throughput as bench
+from _stack import local_stack
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
+
+STRETCH = 30  # the consumer's clocks, stretched for valgrind's slowdown
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=40_000)
+    ap.add_argument("--handler", choices=["json", "int"], default="json")
+    ap.add_argument("--child", nargs=4, metavar=("SIDE", "URL", "TOKEN", "STREAM"))
+    args = ap.parse_args()
+    if args.child:
+        side, url, token, stream = args.child
+        consume_side(side, url, token, stream, args.records, args.handler)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
+    value_of = bench.log_event if args.handler == "json" else bench.number_record
+    with local_stack() as stack, tempfile.TemporaryDirectory() as tmp:
+        stream = f"bench-instr-{uuid.uuid4().hex[:6]}"
+        stack.client.create_stream(stream, "local-a", partitions=bench.PARTITIONS)
+        with StreamProducer(stream, stack.client) as p:
+            for i in range(args.records):
+                p.send(value_of(i), key=str(i).encode())
+        per_good = {}
+        for side in ("clean", "poison"):
+            out = Path(tmp) / f"cg.{side}"
+            cmd = [
+                "valgrind",
+                "--tool=callgrind",
+                "--separate-threads=yes",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--records",
+                str(args.records),
+                "--handler",
+                args.handler,
+                "--child",
+                side,
+                stack.control_plane.url,
+                stack.control_plane.token or "",
+                stream,
+            ]
+            print(f"{side}: running under callgrind ...", flush=True)
+            subprocess.run(cmd, check=True, capture_output=True)
+            dumps = glob.glob(f"{out}.1-01")  # the dump after zeroing, thread 1 (main)
+            if not dumps:
+                sys.exit(f"no callgrind dump for the {side} run")
+            good = args.records - (args.records // bench.POISON_EVERY if side == "poison" else 0)
+            per_good[side] = main_thread_instructions(dumps[0]) / good
+        clean, poisoned = per_good["clean"], per_good["poison"]
+        pills = args.records // bench.POISON_EVERY
+        extra = (poisoned - clean) * (args.records - pills) / pills
+        print(
+            f"{args.handler} handler, {args.records:,} records, consuming thread: clean "
+            f"{clean:,.0f} instructions per good record, 1% poison {poisoned:,.0f} "
+            f"(~{extra:,.0f} more per pill) -> ratio {clean / poisoned:.3f} (target >= 0.95)"
+        )
+
+
+def main_thread_instructions(dump: str) -> int:
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+    raise ValueError(f"no totals in {dump}")
+
+
+def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: str) -> None:
+    """The child: one stream_consume under callgrind, counters zeroed at the first
+    record and dumped after the last good one."""
+    import streamplane.client.consumer as consumer_module
+    from streamplane.client.consumer import StreamConsumer
+
+    def control(flag: str) -> None:
+        subprocess.run(
+            ["callgrind_control", flag, str(os.getpid())], check=True, capture_output=True
+        )
+
+    class OnAppend(list[object]):
+        def __init__(self, flag: str) -> None:
+            super().__init__()
+            self.flag = flag
+
+        def append(self, item: object) -> None:
+            control(self.flag)
+            super().append(item)
+
+    class DumpOnRecord(dict[int, list[tuple[float, float]]]):
+        def setdefault(self, key: int, default: object = None) -> list[tuple[float, float]]:
+            return super().setdefault(key, OnAppend("-d"))  # type: ignore[arg-type]
+
+    def stretched_consumer(
+        stack: object, stream: str, group_prefix: str, max_attempts: int = 3
+    ) -> StreamConsumer:
+        return StreamConsumer(
+            stream,
+            f"{group_prefix}-{uuid.uuid4().hex[:6]}",
+            client,
+            max_attempts=max_attempts,
+            retry_backoff=0.05 * STRETCH,
+            max_retry_backoff=30.0 * STRETCH,
+            commit_interval_s=1.0 * STRETCH,
+            assigner=False,
+        )
+
+    client = ControlPlaneClient(url, token=token or None)
+    consumer_module._HOUSEKEEPING_INTERVAL_S *= STRETCH
+    consumer_module._DLQ_LINGER_MS *= STRETCH
+    bench.bench_consumer = stretched_consumer
+    bench.broker_cpu_s = lambda stack: 0.0  # the broker is not in this process
+    bench.STARTUP = OnAppend("-z")  # type: ignore[assignment]  # first record: zero
+    bench.CPU_PER_GOOD_US = DumpOnRecord()  # last good record: dump
+    parse = bench.number_in_event if handler == "json" else bench.number_of
+    poison_every = bench.POISON_EVERY if side == "poison" else 0
+    stack = types.SimpleNamespace(client=client)
+    bench.stream_consume(stack, stream, n, poison_every=poison_every, parse=parse)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
