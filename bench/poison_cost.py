@@ -60,15 +60,18 @@ class DeadLetterBroker:
     def __init__(self) -> None:
         self.pending: list[Any] = []
 
-    def produce(
+    def produce(  # confluent-kafka's signature: positional or keyword
         self,
         topic: str,
         value: object = None,
         key: object = None,
-        headers: object = None,
+        partition: int = -1,
+        callback: Any = None,
         on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: object = None,
     ) -> None:
-        self.pending.append(on_delivery)
+        self.pending.append(callback or on_delivery)
 
     def poll(self, timeout: float = 0) -> int:
         callbacks, self.pending = self.pending, []

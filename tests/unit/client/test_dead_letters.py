@@ -41,9 +41,19 @@ class DlqBroker:
         self.pending: list[Any] = []
         self.fail_next = False
 
-    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
-        self.written.append((value, kw["headers"]))
-        self.pending.append((kw["on_delivery"], Message(topic=topic, value=value)))
+    def produce(  # confluent-kafka's signature: positional or keyword
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        self.written.append((value, headers))
+        self.pending.append((callback or on_delivery, Message(topic=topic, value=value)))
 
     def deliver(self) -> None:
         callbacks, self.pending = self.pending, []
