@@ -20,7 +20,6 @@ threads, and cache or scheduling effects (``client_throughput.py`` measures the 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shutil
 import subprocess
@@ -79,11 +78,11 @@ def main() -> None:
             ]
             print(f"{side}: running under callgrind ...", flush=True)
             subprocess.run(cmd, check=True, capture_output=True)
-            dumps = glob.glob(f"{out}.1-01")  # the dump after zeroing, thread 1 (main)
-            if not dumps:
+            dump = Path(f"{out}.1-01")  # the dump after zeroing, thread 1 (main)
+            if not dump.exists():
                 sys.exit(f"no callgrind dump for the {side} run")
             good = args.records - (args.records // bench.POISON_EVERY if side == "poison" else 0)
-            per_good[side] = main_thread_instructions(dumps[0]) / good
+            per_good[side] = main_thread_instructions(dump) / good
         clean, poisoned = per_good["clean"], per_good["poison"]
         pills = args.records // bench.POISON_EVERY
         extra = (poisoned - clean) * (args.records - pills) / pills
@@ -94,7 +93,7 @@ def main() -> None:
         )
 
 
-def main_thread_instructions(dump: str) -> int:
+def main_thread_instructions(dump: Path) -> int:
     with open(dump) as f:
         for line in f:
             if line.startswith("totals:"):
