@@ -29,9 +29,11 @@ from streamplane.core.commitlog import (
     decode,
     decode_full,
     encode,
+    encode_complete,
     encode_full,
     encode_spill_pointer,
 )
+from streamplane.core.routing import commitlog_topic
 from streamplane.exceptions import CodecError, KafkaError
 from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
 from streamplane.kafka.clients import consumer_config, producer_config
@@ -53,10 +55,6 @@ _COORDINATOR_MOVING = frozenset(
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 
 
-def side_topic(stream: str) -> str:
-    return f"sp.{stream}.__commitlog"
-
-
 class CommitStore:
     def __init__(self, consumer: Consumer, bootstrap: str, stream: str, group: str) -> None:
         self._consumer = consumer
@@ -70,12 +68,21 @@ class CommitStore:
 
     @property
     def side_topic(self) -> str:
-        return side_topic(self._stream)
+        return commitlog_topic(self._stream)
 
-    def prefetch_budget(self) -> None:
-        """Read the budget in the background now, so the first commit need not wait for
-        the brokers' configs (a concurrent read computes the same value)."""
-        threading.Thread(target=self.metadata_budget, name="sp-commit-budget", daemon=True).start()
+    def prepare(self) -> None:
+        """Set up in the background what commits need: the brokers' metadata budget and
+        the side topic with a producer connected to it, so that neither the first commit
+        nor the first spill waits for them (a spill that comes sooner waits for the set-up
+        to finish; a concurrent budget read computes the same value)."""
+        threading.Thread(target=self._prepare, name="sp-commit-setup", daemon=True).start()
+
+    def _prepare(self) -> None:
+        self.metadata_budget()
+        try:
+            self._producer()
+        except (KafkaError, _RawKafkaException) as exc:
+            log.warning("side topic %s not set up (%s): a spill will retry", self.side_topic, exc)
 
     def metadata_budget(self) -> int:
         """Longest metadata the brokers accept, read once.
@@ -103,9 +110,9 @@ class CommitStore:
         offsets = []
         encoded_all = []
         for topic, partition, progress in items:
-            enc = encode(progress, budget)
-            if enc.truncated:
-                enc = self._spill(topic, partition, progress, budget)
+            enc = encode_complete(progress, budget) or self._spill(
+                topic, partition, progress, budget
+            )
             encoded_all.append(enc)
             self.stats["max_metadata_bytes"] = max(self.stats["max_metadata_bytes"], enc.size)
             offsets.append(
@@ -144,6 +151,9 @@ class CommitStore:
         return encode_spill_pointer(progress, pointer, budget)
 
     def _producer(self) -> Producer:
+        """The side topic's producer, once the topic exists and the producer knows its
+        leader (a new topic's leader takes a moment: measured ~0.5 s for the first
+        write to a topic created just before)."""
         with self._lock:
             if self._side_producer is None:
                 admin = KafkaAdmin(self._bootstrap)
@@ -152,9 +162,11 @@ class CommitStore:
                 ]
                 if err is not None and err.code != "TOPIC_ALREADY_EXISTS":
                     raise err
-                self._side_producer = Producer(
+                producer = Producer(
                     producer_config(self._bootstrap, {"linger.ms": 0, "compression.type": "zstd"})
                 )
+                _await_leader(producer, self.side_topic)
+                self._side_producer = producer
             return self._side_producer
 
     # ------------------------------------------------------------------ load
@@ -221,6 +233,23 @@ class CommitStore:
             reader.close()
         log.warning("spilled commit state not found at %s: using the truncated state", pointer)
         return None
+
+
+def _await_leader(producer: Producer, topic: str, timeout_s: float = 10.0) -> None:
+    """Wait until ``producer``'s metadata names a leader for ``topic``'s partition 0 (or
+    the timeout passes: a write then waits for the leader itself)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            meta = producer.list_topics(topic, timeout=max(0.1, deadline - time.monotonic()))
+        except _RawKafkaException:
+            time.sleep(0.05)
+            continue
+        found = meta.topics.get(topic)
+        part = found.partitions.get(0) if found is not None and found.error is None else None
+        if part is not None and part.error is None and part.leader >= 0:
+            return
+        time.sleep(0.05)
 
 
 def _rf(admin: KafkaAdmin) -> int:

@@ -459,7 +459,7 @@ class StreamConsumer:
                 c, self._bootstrap(cluster), self.stream, self.group
             )
             if not self.read_only:
-                store.prefetch_budget()
+                store.prepare()
         return c
 
     def _on_routing(self, table: RoutingTable) -> None:

@@ -35,6 +35,7 @@ from streamplane.core.routing import (
     DEFAULT_LANES,
     RoutingTable,
     SegmentState,
+    commitlog_topic,
     move_lanes,
     new_routing_table,
     transition,
@@ -328,8 +329,10 @@ class ControlPlaneService:
                         cluster = self.store.get_cluster(cluster_name)
                     except NotFound:
                         continue  # only retired segments can outlive their cluster
+                    # with the side topic consumers spill commit-log state to, if any
+                    side = commitlog_topic(name)
                     results = self._admin(cluster.bootstrap).delete_topics(
-                        topics, timeout=self._kafka_timeout
+                        [*topics, side], timeout=self._kafka_timeout
                     )
                     errors = [e for e in results.values() if e and e.code not in _TOPIC_GONE_CODES]
                     if errors:
@@ -340,6 +343,8 @@ class ControlPlaneService:
                             retriable=errors[0].retriable,
                         )
                     deleted.extend(topics)
+                    if side in results and results[side] is None:
+                        deleted.append(side)
             detail = {"epoch": table.epoch, "deleted_topics": deleted}
             self.store.delete_stream(name, AuditEntry(actor, "stream.delete", name, detail))
         self._notify(name, None)

@@ -52,7 +52,8 @@ state silently and never stalls:
    to a compacted side topic and commits ``encode_spill_pointer(...)``: a metadata that
    points at that record (side partition, offset, checksum of the blob) and carries the
    truncated prefix too, so a reader that cannot fetch the side record still resumes
-   safely. Deciding *when* to spill is the adapter's job.
+   safely. Deciding *when* to spill is the adapter's job; ``encode_complete`` tells
+   it, without the truncation search, whether the complete state fits.
 4. The low-watermark timestamp and the commit time are in the fixed header of every
    form, truncated or spilled, so the lag monitor always finds them.
 
@@ -617,8 +618,10 @@ def _metadata_chars(frame_bytes: int) -> int:
 
 
 def _encode(
-    progress: PartitionProgress, spill: SpillPointer | None, max_bytes: int
-) -> EncodedProgress:
+    progress: PartitionProgress, spill: SpillPointer | None, max_bytes: int, *, truncate: bool
+) -> EncodedProgress | None:
+    """The metadata for ``progress`` within ``max_bytes``: complete when it fits, else
+    (``truncate``) the longest prefix that fits, or (not ``truncate``) None."""
     if max_bytes < 1:
         raise ConfigError(f"metadata budget {max_bytes} is not positive")
     flat = _Flat(progress)
@@ -642,8 +645,15 @@ def _encode(
             horizon=None,
             required_bytes=required,
         )
+    if not truncate:
+        return None
     # Keep the state below a horizon, as high as fits: candidates are the points where
-    # the kept state changes. Binary search; `best` always holds a frame that fits.
+    # the kept state changes. The size grows about evenly with the kept state, so the
+    # search interpolates where it crosses the budget (the Illinois variant of regula
+    # falsi: an end kept twice in a row has its size pulled halfway to the budget, so
+    # the bracket closes from both sides), bisecting whenever that does not halve the
+    # bracket: a few attempts instead of a bisection's log2(candidates), each encoding
+    # the body. `best` always holds a frame that fits.
     lw = flat.lw
     points = {lw, lw + 1}
     points.update(flat.s_starts)
@@ -656,14 +666,30 @@ def _encode(
         raise ConfigError(
             f"metadata budget {max_bytes} is too small even for the low watermark alone"
         )
-    lo, hi = 0, len(candidates)
+    lo, hi = 0, len(candidates)  # candidates[lo] fits; hi does not (len: the full state)
+    lo_size, hi_size = float(_metadata_chars(len(best))), float(required)
+    kept = 0  # +1: lo was kept by the last attempts, -1: hi was
+    interpolate = True
     while hi - lo > 1:
-        mid = (lo + hi) // 2
-        frame, fits = attempt(candidates[mid])
-        if fits:
-            lo, best = mid, frame
+        width = hi - lo
+        if interpolate and hi_size > lo_size:
+            mid = lo + int((max_bytes - lo_size) * width / (hi_size - lo_size))
+            mid = min(max(mid, lo + 1), hi - 1)
         else:
-            hi = mid
+            mid = (lo + hi) // 2
+        frame, fits = attempt(candidates[mid])
+        size = _metadata_chars(len(frame))
+        if fits:
+            lo, lo_size, best = mid, size, frame
+            if kept < 0:  # hi kept again: pull its size towards the budget
+                hi_size = (hi_size + max_bytes) / 2
+            kept = -1
+        else:
+            hi, hi_size = mid, size
+            if kept > 0:
+                lo_size = (lo_size + max_bytes) / 2
+            kept = 1
+        interpolate = hi - lo <= width // 2
     horizon = candidates[lo]
     return EncodedProgress(
         metadata=_to_metadata(best),
@@ -682,7 +708,19 @@ def encode(progress: PartitionProgress, max_bytes: int = DEFAULT_MAX_BYTES) -> E
     docstring). ``ConfigError`` when ``max_bytes`` cannot hold even the header and the
     low watermark (any budget of 128 or more always can).
     """
-    return _encode(progress, None, max_bytes)
+    encoded = _encode(progress, None, max_bytes, truncate=True)
+    assert encoded is not None
+    return encoded
+
+
+def encode_complete(
+    progress: PartitionProgress, max_bytes: int = DEFAULT_MAX_BYTES
+) -> EncodedProgress | None:
+    """The metadata carrying the complete ``progress`` when it fits ``max_bytes``, else
+    None, without the search for the longest prefix that fits (``encode`` makes it):
+    for a caller that spills whatever does not fit.
+    """
+    return _encode(progress, None, max_bytes, truncate=False)
 
 
 def encode_spill_pointer(
@@ -693,7 +731,9 @@ def encode_spill_pointer(
     Also carries as much of ``progress`` as fits (from the bottom up), so a reader that
     cannot fetch the side record still resumes safely.
     """
-    return _encode(progress, pointer, max_bytes)
+    encoded = _encode(progress, pointer, max_bytes, truncate=True)
+    assert encoded is not None
+    return encoded
 
 
 def encode_full(progress: PartitionProgress) -> bytes:

@@ -93,6 +93,12 @@ def physical_topic(stream: str, lane: str, epoch: int) -> str:
     return f"sp.{stream}.{lane}.e{epoch}"
 
 
+def commitlog_topic(stream: str) -> str:
+    """The compacted side topic a consumer spills commit-log state to that does not fit
+    the commit metadata (one per stream and cluster; deleted with the stream)."""
+    return f"sp.{stream}.__commitlog"
+
+
 @dataclass(frozen=True)
 class Segment:
     """The physical home of one lane at one time."""

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
+from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.core.routing import RoutingTable, SegmentState
+from streamplane.core.routing import RoutingTable, SegmentState, commitlog_topic
 from streamplane.exceptions import (
     ControlPlaneError,
     ControlPlaneUnavailable,
@@ -85,6 +86,25 @@ def test_delete_stream_removes_its_topics(
         with pytest.raises(NotFound, match=f"unknown stream '{name}'"):
             cp.describe_stream(name)
     _wait_gone(fleet, "local-a", topics)
+
+
+def test_consumer_sets_up_the_commitlog_side_topic_and_delete_removes_it(
+    control_plane: ControlPlaneProcess, fleet: FleetDescriptor
+) -> None:
+    """An opened consumer creates the side topic it would spill commit-log state to, in
+    the background (a first spill then never waits for a new topic's leader); deleting
+    the stream deletes it with the lane topics."""
+    name = f"side-{uuid.uuid4().hex[:8]}"
+    side = commitlog_topic(name)
+    with control_plane.client() as cp:
+        cp.create_stream(name, "local-a", partitions=1)
+        with StreamConsumer(name, "g", cp, assigner=False):
+            deadline = time.monotonic() + 30
+            while side not in _topics(fleet, "local-a") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert side in _topics(fleet, "local-a")
+        cp.delete_stream(name)
+    _wait_gone(fleet, "local-a", {side})
 
 
 def test_delete_stream_can_keep_topics(

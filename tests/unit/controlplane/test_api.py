@@ -8,7 +8,13 @@ from fastapi import FastAPI
 from streamplane.controlplane.migrations import LATEST_VERSION
 from streamplane.core.routing import routing_from_json
 from streamplane.exceptions import KafkaError
-from tests.unit.controlplane.conftest import AUTH, StubKafka, TestClient, create_stream
+from tests.unit.controlplane.conftest import (
+    AUTH,
+    BOOTSTRAPS,
+    StubKafka,
+    TestClient,
+    create_stream,
+)
 
 MUTATIONS = [
     ("POST", "/v1/clusters", {"name": "c", "bootstrap": "h:1"}),
@@ -283,6 +289,18 @@ def test_delete_stream_with_and_without_topics(http: TestClient, kafka: StubKafk
     assert len([t for t in kafka.on("local-a") if t.startswith("sp.two.")]) == 3
     assert http.get("/v1/streams").json() == []
     assert http.delete("/v1/streams/two", headers=AUTH).status_code == 404
+
+
+def test_delete_stream_removes_the_commitlog_side_topic(http: TestClient, kafka: StubKafka) -> None:
+    """A consumer that spilled commit-log state made ``sp.<stream>.__commitlog``: it goes
+    with the stream (a stream nobody spilled for has none, and that is no error)."""
+    create_stream(http, "one")
+    create_stream(http, "two")
+    kafka.admin(BOOTSTRAPS["local-a"]).create_topics([("sp.one.__commitlog", 1, 1, {})])
+    assert http.delete("/v1/streams/one", headers=AUTH).status_code == 204
+    assert "sp.one.__commitlog" not in kafka.on("local-a")
+    assert http.delete("/v1/streams/two", headers=AUTH).status_code == 204
+    assert not any(t.startswith(("sp.one.", "sp.two.")) for t in kafka.on("local-a"))
 
 
 def test_delete_stream_kafka_failure_keeps_the_stream(http: TestClient, kafka: StubKafka) -> None:

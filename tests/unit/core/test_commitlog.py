@@ -35,6 +35,7 @@ from streamplane.core.commitlog import (
     decode,
     decode_full,
     encode,
+    encode_complete,
     encode_full,
     encode_spill_pointer,
     is_streamplane_metadata,
@@ -425,6 +426,19 @@ def test_property_budget_is_never_exceeded(p: PartitionProgress, budget: int, sp
     assert header is not None
     assert header.low_watermark_timestamp_ms == p.low_watermark_timestamp_ms
     assert header.commit_time_ms == p.commit_time_ms
+
+
+@SETTINGS
+@given(progress_states(max_ranges=200), st.integers(128, 2000))
+def test_property_encode_complete_is_encode_when_it_fits(p: PartitionProgress, budget: int) -> None:
+    """``encode_complete`` gives what ``encode`` gives when the complete state fits the
+    budget, and None (no truncated form) when it does not."""
+    complete = encode_complete(p, max_bytes=budget)
+    full = encode(p, max_bytes=budget)
+    if full.truncated:
+        assert complete is None
+    else:
+        assert complete == full
 
 
 @SETTINGS
