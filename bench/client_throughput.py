@@ -1,7 +1,7 @@
 """StreamProducer and StreamConsumer against raw confluent-kafka on the same cluster.
 
     .venv/bin/python bench/client_throughput.py [--records 200000] [--runs 3]
-        [--only produce|consume|poison]
+        [--poison-records 1000000] [--only produce|consume|poison]
 
 - produce: 1 KiB values, StreamProducer vs a raw confluent-kafka Producer with the same
   settings (idempotent, acks=all, zstd), target >= 0.9x;
@@ -11,8 +11,12 @@
 - poison: 1% of records fail in the handler (nacked, retried, then dead-lettered);
   good-record throughput vs the clean run, with a trivial handler (the record is a
   number) and a realistic one (a JSON log event to decode), target >= 0.95x; then the
-  same two consumers interleaved (open together, turns of 5,000 good records each), the
-  steadier figure on a noisy machine.
+  same two consumers interleaved (open together, turns of 5,000 good records each).
+  Its runs are longer (--poison-records): a pill lives ~0.25 s (two backoffs, then its
+  dead letter's linger and ack), so a 200,000-record run (~0.3 s) ends before most
+  pills reach the dlq and measures the start, not the steady state. It prints how busy
+  the consuming thread was (CPU / wall): near 100% the run is bound by the consumer's
+  own CPU, below it by fetching (the broker and librdkafka on the same two cores).
 Runs alternate between the two sides; the figure is the median of the per-pair ratios.
 """
 
@@ -182,10 +186,12 @@ def stream_consume(
                 good += handle_record(m, parse, poison_every)
         assert first is not None
         rate = good / (time.perf_counter() - first)
+        cpu_s = time.thread_time() - cpu_at_first
         CPU_PER_GOOD_US.setdefault(poison_every, []).append(
             (
-                (time.thread_time() - cpu_at_first) / good * 1e6,
+                cpu_s / good * 1e6,
                 (broker_cpu_s(stack) - broker_at_first) / good * 1e6,
+                cpu_s * rate / good,  # the consuming thread's busy share of the run
             )
         )
         return rate
@@ -258,8 +264,9 @@ def take_turn(side: _Side, parse: Callable[[bytes | None], int], stop_at: int) -
 
 
 STARTUP: list[float] = []
-# poison_every -> (main-thread CPU, broker + control plane CPU) per good record, per run
-CPU_PER_GOOD_US: dict[int, list[tuple[float, float]]] = {}
+# poison_every -> (main-thread CPU, broker + control plane CPU) per good record, and the
+# main thread's busy share, per run
+CPU_PER_GOOD_US: dict[int, list[tuple[float, float, float]]] = {}
 
 
 def broker_cpu_s(stack: Stack) -> float:
@@ -282,7 +289,10 @@ def cpu_summary() -> str:
         if runs:
             main = statistics.median(r[0] for r in runs)
             broker = statistics.median(r[1] for r in runs)
-            parts.append(f"{label} {main:.2f} us main thread + {broker:.2f} us broker")
+            busy = statistics.median(r[2] for r in runs)
+            parts.append(
+                f"{label} {main:.2f} us main thread (busy {busy:.0%}) + {broker:.2f} us broker"
+            )
     return "CPU per good record: " + ", ".join(parts)
 
 
@@ -392,6 +402,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--poison-records", type=int, default=1_000_000)
     ap.add_argument(
         "--only", choices=["produce", "consume", "poison"], help="run one comparison only"
     )
@@ -405,7 +416,7 @@ def main() -> None:
         if "consume" in wanted:
             compare_consume(stack, admin, bootstrap, args.records, args.runs)
         if "poison" in wanted:
-            compare_poison(stack, args.records, args.runs)
+            compare_poison(stack, args.poison_records, args.runs)
 
 
 if __name__ == "__main__":
