@@ -436,6 +436,8 @@ class StreamConsumer:
         finally:
             for c in self._consumers.values():
                 c.close()
+            for store in self._commit_stores.values():
+                store.close()
             if self._dlq is not None:
                 self._dlq.close()
 
@@ -459,7 +461,7 @@ class StreamConsumer:
                 c, self._bootstrap(cluster), self.stream, self.group
             )
             if not self.read_only:
-                store.prepare()
+                store.prefetch_budget()
         return c
 
     def _on_routing(self, table: RoutingTable) -> None:

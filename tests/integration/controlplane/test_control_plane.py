@@ -11,6 +11,7 @@ import pytest
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
 from streamplane.core.routing import RoutingTable, SegmentState, commitlog_topic
 from streamplane.exceptions import (
     ControlPlaneError,
@@ -91,15 +92,23 @@ def test_delete_stream_removes_its_topics(
 def test_consumer_sets_up_the_commitlog_side_topic_and_delete_removes_it(
     control_plane: ControlPlaneProcess, fleet: FleetDescriptor
 ) -> None:
-    """An opened consumer creates the side topic it would spill commit-log state to, in
-    the background (a first spill then never waits for a new topic's leader); deleting
-    the stream deletes it with the lane topics."""
+    """After its first commit a consumer creates, in the background, the side topic it
+    would spill commit-log state to (a first spill then never waits for a new topic's
+    leader); deleting the stream deletes it with the lane topics."""
     name = f"side-{uuid.uuid4().hex[:8]}"
     side = commitlog_topic(name)
     with control_plane.client() as cp:
         cp.create_stream(name, "local-a", partitions=1)
-        with StreamConsumer(name, "g", cp, assigner=False):
+        with StreamProducer(name, cp) as producer:
+            producer.send(b"one")
+        with StreamConsumer(name, "g", cp, assigner=False) as consumer:
             deadline = time.monotonic() + 30
+            while (msg := consumer.poll(0.5)) is None and time.monotonic() < deadline:
+                pass
+            assert msg is not None
+            assert side not in _topics(fleet, "local-a")  # not at open: after a commit
+            msg.ack()
+            consumer.commit()
             while side not in _topics(fleet, "local-a") and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert side in _topics(fleet, "local-a")
