@@ -188,16 +188,16 @@ def stream_consume(
                     STARTUP.append(first - started)
                 good += handle_record(m, parse, poison_every)
         assert first is not None
-        rate = good / (time.perf_counter() - first)
+        wall_s = time.perf_counter() - first
         cpu_s = time.thread_time() - cpu_at_first
         CPU_PER_GOOD_US.setdefault(poison_every, []).append(
             (
                 cpu_s / good * 1e6,
                 (broker_cpu_s(stack) - broker_at_first) / good * 1e6,
-                cpu_s * rate / good,  # the consuming thread's busy share of the run
+                cpu_s / wall_s,  # the consuming thread's busy share of the run
             )
         )
-        return rate
+        return good / wall_s
 
 
 @dataclass
