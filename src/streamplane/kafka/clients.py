@@ -36,6 +36,11 @@ def consumer_config(
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": False,
+        # Once a partition's prefetch queue passes queued.min.messages (100,000 records,
+        # a single 1 MiB fetch of small records can), librdkafka waits this long before
+        # fetching it again; its default of 1,000 ms left a consumer reading a backlog
+        # idle ~45% of the time (measured: 460,000 -> 800,000 small records/s with 20).
+        "fetch.queue.backoff.ms": 20,
         **QUIET,
         **(extra or {}),
     }
