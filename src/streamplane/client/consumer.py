@@ -41,6 +41,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka import KafkaException as _RawKafkaException
 
 from streamplane.client.commit_store import CommitStore
+from streamplane.client.committer import Committer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
 from streamplane.client.metrics import METRICS
@@ -50,7 +51,7 @@ from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
-from streamplane.exceptions import ConfigError, KafkaError, ProduceError
+from streamplane.exceptions import ConfigError, ProduceError
 from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
@@ -326,6 +327,7 @@ class StreamConsumer:
         self._consumers: dict[str, Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
+        self._committer = Committer(self._commit_stores, name=f"sp-commit-{stream}")
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
@@ -434,6 +436,7 @@ class StreamConsumer:
             if self._membership is not None:
                 self._membership.stop(leave=True)  # our units move on at once
         finally:
+            self._committer.stop()
             for c in self._consumers.values():
                 c.close()
             for store in self._commit_stores.values():
@@ -614,7 +617,7 @@ class StreamConsumer:
         if self._dlq_pending:
             self._poll_dlq(0)
         if time.monotonic() - self._last_commit >= self.commit_interval_s:
-            self.commit()
+            self._commit(wait=False)
         self._flow_control()
 
     def _fetch(self, timeout: float) -> None:
@@ -850,7 +853,14 @@ class StreamConsumer:
 
     # ------------------------------------------------------------------ commits
     def commit(self) -> None:
-        """Commit every partition's low watermark and commit-log metadata now."""
+        """Commit every partition's low watermark and commit-log metadata now; returns
+        once the commit is done (a failed one is logged and retried with the next)."""
+        self._commit(wait=True)
+
+    def _commit(self, wait: bool) -> None:
+        """Snapshot every changed partition's progress and hand it to the committer
+        (housekeeping does not wait: the consuming thread keeps handing out records
+        while the commit's broker round trip, or a spill, runs)."""
         self._last_commit = time.monotonic()
         if self.read_only:
             return
@@ -863,24 +873,18 @@ class StreamConsumer:
             return
         self._fenced_logged = False
         now_ms = int(time.time() * 1000)
-        by_cluster: dict[str, list[tuple[PartitionState, Any]]] = {}
         with self._lock:
             self._apply_acks()
-            for state in self._states.values():
-                if state.dirty and state.base is not None:
-                    by_cluster.setdefault(state.key.cluster, []).append(
-                        (state, state.progress(now_ms))
-                    )
-        for cluster, items in by_cluster.items():
-            try:
-                self._commit_stores[cluster].commit(
-                    [(s.key.topic, s.key.partition, p) for s, p in items]
-                )
-            except KafkaError as exc:
-                log.warning("commit to %s failed (%s): will retry", cluster, exc)
-                with self._lock:
-                    for s, _ in items:
-                        s.dirty = True
+            for key in self._committer.take_failed():
+                failed = self._states.get(key)
+                if failed is not None:
+                    failed.dirty = True
+            items = [
+                (state.key, state.progress(now_ms))
+                for state in self._states.values()
+                if state.dirty and state.base is not None
+            ]
+        self._committer.submit(items, wait)
 
     # ------------------------------------------------------------------ run
     def run(
