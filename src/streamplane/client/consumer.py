@@ -327,6 +327,7 @@ class StreamConsumer:
         self._consumers: dict[str, Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
+        self._commit_clients: dict[str, Consumer] = {}  # the stores' clients, by cluster
         self._committer = Committer(self._commit_stores, name=f"sp-commit-{stream}")
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
@@ -371,9 +372,10 @@ class StreamConsumer:
             self._watcher.stop()
             if self._membership is not None:
                 self._membership.stop(leave=True)
-            for c in self._consumers.values():
+            for c in [*self._consumers.values(), *self._commit_clients.values()]:
                 c.close()
             self._consumers.clear()
+            self._commit_clients.clear()
             if self._dlq is not None:
                 self._dlq.close()
             raise
@@ -437,7 +439,7 @@ class StreamConsumer:
                 self._membership.stop(leave=True)  # our units move on at once
         finally:
             self._committer.stop()
-            for c in self._consumers.values():
+            for c in [*self._consumers.values(), *self._commit_clients.values()]:
                 c.close()
             for store in self._commit_stores.values():
                 store.close()
@@ -460,8 +462,12 @@ class StreamConsumer:
             )
             c = Consumer(conf)
             self._consumers[cluster] = c
+            # Commits go through a client of their own (the same group, nothing
+            # assigned): a synchronous commit on the fetching client, from the
+            # committer's thread, waited seconds while this thread sat in consume().
+            committing = self._commit_clients[cluster] = Consumer(conf)
             store = self._commit_stores[cluster] = CommitStore(
-                c, self._bootstrap(cluster), self.stream, self.group
+                committing, self._bootstrap(cluster), self.stream, self.group
             )
             if not self.read_only:
                 store.prefetch_budget()
