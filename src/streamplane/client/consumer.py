@@ -14,7 +14,9 @@
   the commit-log codec. When that state does not fit the broker's
   ``offset.metadata.max.bytes``, the full state is spilled to the compacted side topic
   ``sp.<stream>.__commitlog`` and the metadata points at it (plus as much state as
-  fits), so nothing is dropped and nothing stalls.
+  fits), so nothing is dropped and nothing stalls. Commits run on a thread of their
+  own (``Committer``) through a client of their own, so the consuming thread never
+  waits for a commit's round trip or a spill's write; ``commit()`` waits.
 - Which partitions this member reads comes from the control plane's Assigner
   (``membership.GroupMembership``): leases renewed by heartbeats, released units
   committed first, commits fenced once a lease ran out, fail-static while the control
