@@ -9,7 +9,8 @@ due as they would at ~400,000 records/s) and its dead letters go through a real
 StreamProducer to a stand-in for the dlq lane's Kafka producer, which acknowledges
 them at the next poll. Every Python opcode the consuming thread runs is counted
 (``sys.settrace`` opcode events), once with every record good and once with 1% poison
-pills (nacked, retried twice, dead-lettered, as in client_throughput.py). It prints the
+pills (nacked, retried twice, dead-lettered, as in client_throughput.py). The consumer
+is the unit tests' one (tests/unit/client/harness.py). It prints the
 opcodes per clean record, the extra opcodes per pill, the functions they go to, and
 the good-record ratio that these counts alone predict. Work in C (librdkafka, the dlq
 produce, the broker) is not counted: client_throughput.py measures the whole.
@@ -22,93 +23,20 @@ import collections
 import statistics
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from confluent_kafka import Message
 
 import streamplane.client.consumer as consumer_module
-from streamplane.client.consumer import StreamConsumer, _LaneBuffer
-from streamplane.client.partition_state import PartitionKey, PartitionState
-from streamplane.client.producer import StreamProducer, _Route, _TopicCounts
-from streamplane.core.routing import DLQ_LANE
+
+# The consumer without Kafka that the unit tests use (tests/unit/client/harness.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.unit.client.harness import KEY, Clock, DlqBroker, stand_in_consumer
 
 PARTITIONS = 6
 POISON_EVERY = 100
-
-
-class VirtualClock:
-    """Stands in for the ``time`` module inside the consumer."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1.7e9 + self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class DeadLetterBroker:
-    """Stands in for the dlq lane's confluent-kafka Producer: acknowledges every
-    record at the next poll (the StreamProducer around it is the real one)."""
-
-    def __init__(self) -> None:
-        self.pending: list[Any] = []
-
-    def produce(  # confluent-kafka's signature: positional or keyword
-        self,
-        topic: str,
-        value: object = None,
-        key: object = None,
-        partition: int = -1,
-        callback: Any = None,
-        on_delivery: Any = None,
-        timestamp: int = 0,
-        headers: object = None,
-    ) -> None:
-        self.pending.append(callback or on_delivery)
-
-    def poll(self, timeout: float = 0) -> int:
-        callbacks, self.pending = self.pending, []
-        for callback in callbacks:
-            callback(None, None)
-        return len(callbacks)
-
-    def flush(self, timeout: float = 0) -> int:
-        self.poll()
-        return 0
-
-    def __len__(self) -> int:
-        return len(self.pending)
-
-
-def dead_letter_producer() -> StreamProducer:
-    """A StreamProducer for the dlq lane, writing to a DeadLetterBroker."""
-    producer = StreamProducer("s", None, lane=DLQ_LANE, delivery_reports="all")  # type: ignore[arg-type]
-    broker = DeadLetterBroker()
-    counts = _TopicCounts(broker, ("s", DLQ_LANE))  # type: ignore[arg-type]
-    producer._producers = {"a": broker}  # type: ignore[dict-item]
-    producer._routes = {DLQ_LANE: _Route(broker, "t-dlq", "a", 1, counts)}  # type: ignore[arg-type]
-    producer._max_record_bytes = 1024 * 1024
-    producer._default_lane = DLQ_LANE
-    producer._opened = True
-    return producer
-
-
-class NoKafka:
-    def pause(self, partitions: object) -> None:
-        pass
-
-    def resume(self, partitions: object) -> None:
-        pass
-
-    def commit(self, items: object) -> None:
-        pass
 
 
 def fetches(records: int) -> list[list[Message]]:
@@ -121,28 +49,22 @@ def fetches(records: int) -> list[list[Message]]:
             for o in range(start, min(start + step, per_partition)):
                 n = o * PARTITIONS + p
                 batch.append(
-                    Message(topic="t", partition=p, offset=o, value=b"%d" % n, timestamp=(1, o))
+                    Message(
+                        topic=KEY.topic, partition=p, offset=o, value=b"%d" % n, timestamp=(1, o)
+                    )
                 )
         out.append(batch)
     return out
 
 
 def consume(
-    batches: list[list[Message]], poison: bool, clock: VirtualClock, trace: bool = True
+    batches: list[list[Message]], poison: bool, clock: Clock, trace: bool = True
 ) -> tuple[int, collections.Counter[str], float]:
     """Consume every batch; returns the good records, the opcodes per function (when
     traced) and the thread's CPU seconds."""
-    c = StreamConsumer("s", "g", None, assigner=False, max_attempts=3, retry_backoff=0.05)  # type: ignore[arg-type]
-    c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
-    c._dlq = dead_letter_producer()
-    c._opened = True
-    c._consumers = {"a": NoKafka()}  # type: ignore[dict-item]
-    c._commit_stores = {"a": NoKafka()}  # type: ignore[dict-item]
-    for p in range(PARTITIONS):
-        state = PartitionState(PartitionKey("a", "t", p), "default", 0)
-        state.restore(None, 0)
-        c._states[state.key] = state
-        c._states_by_cluster.setdefault("a", {})[("t", p)] = state
+    c = stand_in_consumer(
+        DlqBroker(ack_at_poll=True), PARTITIONS, max_attempts=3, retry_backoff=0.05
+    )
     pending = iter(batches)
 
     def fetch(timeout: float) -> None:
@@ -151,7 +73,7 @@ def consume(
             clock.now += timeout  # only retries left: let them come due
             return
         clock.now += len(batch) * 2.5e-6
-        c._accept("a", batch)
+        c._accept(KEY.cluster, batch)
 
     c._fetch = fetch  # type: ignore[method-assign]
     total = sum(len(b) for b in batches)
@@ -194,7 +116,7 @@ def main() -> None:
         help="also time this many untraced clean/poisoned pairs (thread CPU, median ratio)",
     )
     args = ap.parse_args()
-    clock = VirtualClock()
+    clock = Clock()
     consumer_module.time = clock  # type: ignore[assignment,attr-defined]
     batches = fetches(args.records)
     good_clean, clean, _ = consume(batches, False, clock)
@@ -215,7 +137,7 @@ def main() -> None:
         cpu_ratios(batches, clock, args.cpu_runs)
 
 
-def cpu_ratios(batches: list[list[Message]], clock: VirtualClock, runs: int) -> None:
+def cpu_ratios(batches: list[list[Message]], clock: Clock, runs: int) -> None:
     """Untraced: the consuming thread's CPU per good record, clean vs poisoned, in
     alternating pairs (C work of the client itself included; no broker, no librdkafka)."""
     ratios = []

@@ -121,8 +121,8 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
             control(self.flag)
             super().append(item)
 
-    class DumpOnRecord(dict[int, list[tuple[float, float]]]):
-        def setdefault(self, key: int, default: object = None) -> list[tuple[float, float]]:
+    class DumpOnRecord(dict[int, list[tuple[float, float, float]]]):
+        def setdefault(self, key: int, default: object = None) -> list[tuple[float, float, float]]:
             return super().setdefault(key, OnAppend("-d"))  # type: ignore[arg-type]
 
     def stretched_consumer(

@@ -1,6 +1,8 @@
-"""A StreamConsumer without Kafka, for unit tests: fetches are fed in, the clock is
-virtual (the ``clock`` fixture in conftest.py) and the dlq lane's Kafka producer is a
-stand-in whose writes are acked (or failed) when the test says so."""
+"""A StreamConsumer without Kafka, for unit tests and ``bench/poison_cost.py``:
+fetches are fed in, the clock is virtual (``Clock``, patched over the consumer module's
+``time``; the ``clock`` fixture in conftest.py) and the dlq lane's Kafka producer is a
+stand-in (``DlqBroker``) whose writes are acked (or failed) when the caller says so, or
+at its next poll."""
 
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ class Clock:
 
 
 class DlqBroker:
-    """The dlq lane's Kafka producer: holds each write until ``deliver``."""
+    """The dlq lane's Kafka producer: holds each write until ``deliver`` (or, with
+    ``ack_at_poll``, acknowledges what it holds at every poll)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ack_at_poll: bool = False) -> None:
+        self.ack_at_poll = ack_at_poll
         self.written: list[tuple[bytes | None, list[tuple[str, bytes]]]] = []
         self.pending: list[Any] = []
         self.fail_next = False
@@ -59,9 +63,13 @@ class DlqBroker:
         self.fail_next = False
 
     def poll(self, timeout: float = 0) -> int:
-        return 0
+        n = len(self.pending) if self.ack_at_poll else 0
+        if n:
+            self.deliver()
+        return n
 
     def flush(self, timeout: float = 0) -> int:
+        self.poll()
         return len(self.pending)
 
     def __len__(self) -> int:
@@ -76,8 +84,20 @@ class NoKafka:
     def commit(self, items: object) -> None: ...
 
 
-def consumer_of(records: int, broker: DlqBroker) -> tuple[StreamConsumer, PartitionState]:
-    c = StreamConsumer("s", "g", None, assigner=False, max_attempts=2, retry_backoff=0.1)  # type: ignore[arg-type]
+def stand_in_consumer(
+    broker: DlqBroker, partitions: int = 1, *, max_attempts: int = 2, retry_backoff: float = 0.1
+) -> StreamConsumer:
+    """An opened StreamConsumer of stream ``s`` reading ``partitions`` partitions of
+    ``KEY.topic`` on ``local-a``, its dlq lane writing to ``broker``; feed it with
+    ``_accept`` (``_fetch`` does nothing until replaced)."""
+    c = StreamConsumer(
+        "s",
+        "g",
+        None,  # type: ignore[arg-type]
+        assigner=False,
+        max_attempts=max_attempts,
+        retry_backoff=retry_backoff,
+    )
     c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
     dlq = StreamProducer("s", None, lane=DLQ_LANE, delivery_reports="all")  # type: ignore[arg-type]
     route = _Route(broker, "sp.s.dlq.e1", "local-a", 1, _TopicCounts(broker, ("s", DLQ_LANE)))  # type: ignore[arg-type]
@@ -87,17 +107,25 @@ def consumer_of(records: int, broker: DlqBroker) -> tuple[StreamConsumer, Partit
     c._opened = True
     c._consumers = {"local-a": NoKafka()}  # type: ignore[dict-item]
     c._commit_stores["local-a"] = NoKafka()  # type: ignore[assignment]
-    state = PartitionState(KEY, "default", 0)
-    state.restore(None, 0)
-    c._states[KEY] = state
-    c._states_by_cluster["local-a"] = {(KEY.topic, KEY.partition): state}
+    for p in range(partitions):
+        state = PartitionState(PartitionKey(KEY.cluster, KEY.topic, p), "default", 0)
+        state.restore(None, 0)
+        c._states[state.key] = state
+        c._states_by_cluster.setdefault(KEY.cluster, {})[(KEY.topic, p)] = state
+    c._fetch = lambda timeout: None  # type: ignore[method-assign]
+    return c
+
+
+def consumer_of(records: int, broker: DlqBroker) -> tuple[StreamConsumer, PartitionState]:
+    """A one-partition ``stand_in_consumer`` that has fetched ``records`` records
+    (offsets 0, 1, ...; each value is its offset)."""
+    c = stand_in_consumer(broker)
     fetch = [
         Message(topic=KEY.topic, partition=0, offset=o, value=b"%d" % o, timestamp=(1, o))
         for o in range(records)
     ]
-    c._accept("local-a", fetch)
-    c._fetch = lambda timeout: None  # type: ignore[method-assign]
-    return c, state
+    c._accept(KEY.cluster, fetch)
+    return c, c._states[KEY]
 
 
 def poll(c: StreamConsumer, clock: Clock, seconds: float) -> list[StreamMessage]:
