@@ -80,8 +80,9 @@ class CommitStore:
     def _set_up_side_topic(self) -> None:
         """Create the side topic and a producer connected to it, in the background after
         the first commit: a first spill then need not wait for a new topic's leader
-        (measured ~0.57 s with the consuming thread blocked), and a consumer's start
-        (its first fetches) is left alone. A spill that comes sooner waits for it."""
+        (measured ~0.57 s, during which no commit of the consumer lands), and a
+        consumer's start (its first fetches) is left alone. A spill that comes sooner
+        waits for it."""
         if not self._side_setup_started:
             self._side_setup_started = True
             threading.Thread(target=self._set_up_side, name="sp-commitlog", daemon=True).start()

@@ -883,10 +883,10 @@ class StreamConsumer:
         now_ms = int(time.time() * 1000)
         with self._lock:
             self._apply_acks()
-            for key in self._committer.take_failed():
-                failed = self._states.get(key)
-                if failed is not None:
-                    failed.dirty = True
+            for key in self._committer.take_failed():  # committed again with this one
+                state = self._states.get(key)
+                if state is not None:
+                    state.dirty = True
             items = [
                 (state.key, state.progress(now_ms))
                 for state in self._states.values()

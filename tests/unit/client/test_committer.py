@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 
 from streamplane.client.committer import Committer
+from streamplane.client.consumer import StreamConsumer
 from streamplane.client.partition_state import PartitionKey
 from streamplane.core.commitlog import PartitionProgress
 from streamplane.exceptions import KafkaError
@@ -42,12 +43,18 @@ def progress(low_watermark: int) -> PartitionProgress:
     return PartitionProgress(low_watermark=low_watermark, commit_time_ms=0)
 
 
-def test_housekeeping_does_not_wait_for_its_commit(clock: Clock) -> None:
-    c, _ = consumer_of(3, DlqBroker())
+def all_acked(records: int, clock: Clock) -> tuple[StreamConsumer, Store]:
+    """A stand-in consumer that has acked ``records`` records and commits to a Store."""
+    c, _ = consumer_of(records, DlqBroker())
     store = Store()
     c._commit_stores["local-a"] = store  # type: ignore[assignment]
     for m in poll(c, clock, 0):
         m.ack()
+    return c, store
+
+
+def test_housekeeping_does_not_wait_for_its_commit(clock: Clock) -> None:
+    c, store = all_acked(3, clock)
     store.hold()
     clock.now += c.commit_interval_s
     c.poll_batch(100, 0)  # housekeeping: the commit is due
@@ -102,11 +109,7 @@ def test_a_failed_commit_is_reported_and_the_thread_keeps_committing() -> None:
 
 
 def test_the_partitions_of_a_failed_commit_are_committed_again(clock: Clock) -> None:
-    c, _ = consumer_of(2, DlqBroker())
-    store = Store()
-    c._commit_stores["local-a"] = store  # type: ignore[assignment]
-    for m in poll(c, clock, 0):
-        m.ack()
+    c, store = all_acked(2, clock)
     store.fail = KafkaError("coordinator moved")
     c.commit()
     store.fail = None
