@@ -16,7 +16,7 @@
   ahead: measured pair ratios split into ~0.65 and ~1.2 while the CPU ratio stayed
   0.94, so its CPU ratio is the figure to read). Its runs are longer
   (--poison-records): a pill lives ~0.25 s (two backoffs, then its dead letter's
-  linger and ack), so a 200,000-record run (~0.3 s) ends before most
+  batch and ack), so a 200,000-record run (~0.3 s) ends before most
   pills reach the dlq and measures the start, not the steady state. It prints how busy
   the consuming thread was (CPU / wall): near 100% the run is bound by the consumer's
   own CPU, below it by fetching (the broker and librdkafka on the same two cores).

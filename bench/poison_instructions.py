@@ -10,11 +10,12 @@ child process under ``valgrind --tool=callgrind --separate-threads=yes``. The co
 are zeroed at the first record and dumped after the last good one
 (``callgrind_control``), so start-up and close are left out; only the main thread's
 count is read. Valgrind slows the process ~50x, so the consumer's clocks are stretched
-by the same factor (retry backoff, housekeeping interval, dlq linger, commit interval)
-and the Assigner is off (its leases would lapse). The printed ratio is clean/poisoned
-instructions per good record: what the consuming thread's own work predicts for the
-good-record throughput ratio (target >= 0.95). Not counted: the broker, librdkafka's
-threads, and cache or scheduling effects (``client_throughput.py`` measures the whole).
+by the same factor (retry backoff, housekeeping interval, dlq batch interval, commit
+interval) and the Assigner is off (its leases would lapse). The printed ratio is
+clean/poisoned instructions per good record: what the consuming thread's own work
+predicts for the good-record throughput ratio (target >= 0.95). Not counted: the
+broker, librdkafka's threads, and cache or scheduling effects
+(``client_throughput.py`` measures the whole).
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
 
     client = ControlPlaneClient(url, token=token or None)
     consumer_module._HOUSEKEEPING_INTERVAL_S *= STRETCH
-    consumer_module._DLQ_LINGER_MS *= STRETCH
+    consumer_module._DLQ_BATCH_INTERVAL_S *= STRETCH
     bench.bench_consumer = stretched_consumer
     bench.broker_cpu_s = lambda stack: 0.0  # the broker is not in this process
     bench.STARTUP = OnAppend("-z")  # type: ignore[assignment]  # first record: zero

@@ -45,6 +45,7 @@ from confluent_kafka import KafkaException as _RawKafkaException
 from streamplane.client.commit_store import CommitStore
 from streamplane.client.committer import Committer
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.dlq_writer import DlqWriter, Letter, Write
 from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
 from streamplane.client.metrics import METRICS
 from streamplane.client.partition_state import PartitionKey, PartitionState
@@ -53,7 +54,7 @@ from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
-from streamplane.exceptions import ConfigError, ProduceError
+from streamplane.exceptions import ConfigError
 from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,10 @@ _HOUSEKEEPING_EVERY = 1000
 _HOUSEKEEPING_INTERVAL_S = 0.05
 
 # Dead letters are not latency-critical (the record settles when its dlq write is
-# acked), so the dlq producer batches for longer than the default 5 ms. Measured with
+# acked), so they go out in batches at most this often (``DlqWriter``). Measured with
 # 1% poison at ~500,000 records/s: broker CPU per dead letter fell from ~90 us (one
 # small acks=all produce request per partition every 5 ms) to a few us.
-_DLQ_LINGER_MS = 100
+_DLQ_BATCH_INTERVAL_S = 0.1
 
 _offset_of = operator.attrgetter("offset")
 
@@ -166,10 +167,6 @@ class StreamMessage:
     def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected)."""
         self._run.consumer._reject(self, reason, dlq)
-
-    def _dead_letter_report(self, err: object, _written: Message) -> None:
-        """The delivery report of this record's dead letter."""
-        self._run.consumer._dlq_delivered(self, err)
 
     def __repr__(self) -> str:
         return (
@@ -334,12 +331,6 @@ class StreamConsumer:
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
-        self._dlq_pending = 0  # dead letters sent and not settled yet
-        # Dead letters whose dlq write was acked / failed: appended by the dlq
-        # producer's delivery callback (one step under the GIL, no lock), settled by
-        # ``_apply_acks`` under the lock.
-        self._dlq_written: list[StreamMessage] = []
-        self._dlq_failed: list[StreamMessage] = []
         self._until_housekeeping = 0
         self._housekeeping_due = 0.0
         self._buffers: list[_LaneBuffer] = []  # by lane priority
@@ -354,7 +345,7 @@ class StreamConsumer:
             for n in range(max_attempts + 1)
         ]
         self._pending_routing: RoutingTable | None = None
-        self._dlq: StreamProducer | None = None
+        self._dlq: DlqWriter[StreamMessage] | None = None
         self._last_commit = time.monotonic()
         self._opened = False
         self._closed = False
@@ -393,13 +384,11 @@ class StreamConsumer:
         self._lanes = lanes
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
         self._buffers = [_LaneBuffer() for _ in lanes]
-        self._dlq = StreamProducer(
-            self.stream,
-            self._client,
-            lane=DLQ_LANE,
-            extra_config={"linger.ms": _DLQ_LINGER_MS},
-            delivery_reports="all",  # a record settles when its dead letter is acked
-        ).open()
+        self._dlq = DlqWriter(
+            StreamProducer(self.stream, self._client, lane=DLQ_LANE).open(),
+            _DLQ_BATCH_INTERVAL_S,
+            self._dead_letter_write,
+        )
         if self._use_assigner:
             self._membership = GroupMembership(
                 self._client,
@@ -505,6 +494,8 @@ class StreamConsumer:
             for buf in self._buffers:
                 buf.drop(gone_set)
             self._retries.discard(lambda m: m._run.state.revoked)
+            if self._dlq is not None:
+                self._dlq.discard(lambda m: m._run.state.revoked)
             if self._membership is not None:
                 self._membership.released(gone)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
@@ -622,8 +613,6 @@ class StreamConsumer:
                 self._assign(pending or self._watcher.table)
         if self._retries:
             self._release_due_retries()
-        if self._dlq_pending:
-            self._poll_dlq(0)
         if time.monotonic() - self._last_commit >= self.commit_interval_s:
             self._commit(wait=False)
         self._flow_control()
@@ -719,7 +708,7 @@ class StreamConsumer:
         and settle acked dead letters (hold the lock)."""
         if self._nacks:
             self._apply_nacks()
-        if self._dlq_written or self._dlq_failed:
+        if self._dlq is not None and self._dlq.pending:
             self._settle_dead_letters()
         acked = 0
         for state in self._states.values():
@@ -743,7 +732,7 @@ class StreamConsumer:
             by_partition.setdefault(msg._run.state, []).append(msg)
         max_attempts = self.max_attempts
         retries: dict[tuple[int, int], list[StreamMessage]] = {}  # (attempts, priority)
-        exhausted: list[tuple[StreamMessage, str, int]] = []  # (record, reason, attempts)
+        exhausted: list[Letter[StreamMessage]] = []  # (record, reason, attempts)
         reason = f"max attempts ({max_attempts}) reached"
         for state, messages in by_partition.items():
             counts = state.nack(list(map(_offset_of, messages)))
@@ -775,64 +764,46 @@ class StreamConsumer:
                 state.settle([msg.offset], rejected=True)
                 self.stats["rejected"] += 1
 
-    def _dead_letters(self, letters: list[tuple[StreamMessage, str, int]]) -> None:
-        """Produce each (record, reason, attempts) to the dlq lane, in one loop; a
-        record is settled once its dlq write is acked."""
-        dlq = self._dlq
-        assert dlq is not None
-        self._dlq_pending += len(letters)
-        send = dlq.send
-        stream = self.stream
-        for msg, reason, attempts in letters:
-            raw, run = msg._raw, msg._run
-            state = run.state
-            key = state.key
-            headers = dlq_headers(
-                source_headers(stream, state.lane, key.cluster, key.topic, key.partition),
-                raw.headers(),  # type: ignore[arg-type]
-                offset=msg.offset,
-                attempts=attempts,
-                error=reason,
-                first_seen_ms=run.first_seen_ms,
-            )
-            # the report is one bound method: no partial for the collector to track
-            send(raw.value(), raw.key(), headers, None, msg._dead_letter_report)
+    def _dead_letters(self, letters: list[Letter[StreamMessage]]) -> None:
+        """Queue each (record, reason, attempts) for the dlq lane; a record is settled
+        once its dead letter is acked (``_settle_dead_letters``)."""
+        assert self._dlq is not None
+        self._dlq.add(letters)
 
-    def _dlq_delivered(self, msg: StreamMessage, err: object) -> None:
-        # Runs inside the dlq producer's poll or flush, on whichever thread called it:
-        # queued here, settled by the next ``_apply_acks`` under the lock.
-        if err is None:
-            self._dlq_written.append(msg)
-        else:
-            log.warning("dlq write failed (%s); will retry", err)
-            self._dlq_failed.append(msg)
+    def _dead_letter_write(self, msg: StreamMessage, reason: str, attempts: int) -> Write:
+        """What is written to the dlq lane for ``msg``: its value and key, its own
+        headers and its provenance."""
+        raw, run = msg._raw, msg._run
+        state = run.state
+        key = state.key
+        headers = dlq_headers(
+            source_headers(self.stream, state.lane, key.cluster, key.topic, key.partition),
+            raw.headers(),  # type: ignore[arg-type]
+            offset=msg.offset,
+            attempts=attempts,
+            error=reason,
+            first_seen_ms=run.first_seen_ms,
+        )
+        return raw.value(), raw.key(), headers
 
-    def _settle_dead_letters(self) -> None:
-        """Settle the records whose dead letter was acked; hand those whose dlq write
-        failed out again in a second (not lost: unsettled until a write succeeds)."""
-        written = self._dlq_written
-        n = len(written)
-        if n:
-            batch = written[:n]
-            del written[:n]  # one step each under the GIL, like the acks
+    def _settle_dead_letters(self, send_now: bool = False) -> None:
+        """Settle the records whose dead letter was acked and send the next batch when
+        due; hand those whose dlq write failed out again in a second (not lost:
+        unsettled until a write succeeds). Hold the lock."""
+        assert self._dlq is not None
+        now = time.monotonic()
+        written, failed = self._dlq.advance(now, send_now=send_now)
+        if written:
             by_partition: dict[PartitionState, list[int]] = {}
-            for msg in batch:
+            for msg in written:
                 by_partition.setdefault(msg._run.state, []).append(msg.offset)
             for state, offsets in by_partition.items():
                 state.settle(offsets, rejected=True)
-            self._dlq_pending -= n
-            self.stats["rejected"] += n
-            self.stats["dlq"] += n
-        failed = self._dlq_failed
-        n = len(failed)
-        if n:
-            batch = failed[:n]
-            del failed[:n]
-            self._dlq_pending -= n
-            now = time.monotonic()
-            for msg in batch:
-                if not msg._run.state.revoked:
-                    self._retries.add([msg], 1.0, now)
+            self.stats["rejected"] += len(written)
+            self.stats["dlq"] += len(written)
+        for msg in failed:
+            if not msg._run.state.revoked:
+                self._retries.add([msg], 1.0, now)
 
     def _release_due_retries(self) -> None:
         """Hand out again the records whose backoff is over: each batch due now
@@ -845,19 +816,23 @@ class StreamConsumer:
                     again._run = again._run.redelivered()
                 buffers[batch[0]._run.state.priority].add_retries(batch)
 
-    def _poll_dlq(self, timeout: float) -> None:
-        if self._dlq is not None:
-            self._dlq.poll(timeout)
-
     def _flush_dlq(self, timeout: float) -> None:
-        """Wait for dlq writes in flight (their records settle when acked). A write that
-        does not finish in time leaves its record unsettled: redelivered, never lost."""
-        if self._dlq is None or not self._dlq_pending:
+        """Write every queued dead letter and wait for the writes (their records settle
+        when acked). A write that does not finish in time leaves its record unsettled:
+        redelivered, never lost."""
+        dlq = self._dlq
+        if dlq is None:
             return
-        try:
-            self._dlq.flush(timeout)
-        except ProduceError as exc:
-            log.warning("dlq writes unfinished at close (%s): their records stay unsettled", exc)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._settle_dead_letters(send_now=True)
+            remaining = deadline - time.monotonic()
+            if not dlq.pending or remaining <= 0:
+                break
+            dlq.drain(min(remaining, 0.5))
+        if dlq.pending:
+            log.warning("%d dead letters unfinished at close: left unsettled", dlq.pending)
 
     # ------------------------------------------------------------------ commits
     def commit(self) -> None:

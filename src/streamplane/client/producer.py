@@ -312,14 +312,37 @@ class StreamProducer:
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued record; raises ProduceError if any could not be delivered."""
+        remaining = self.drain(timeout)
+        if remaining:
+            raise ProduceError(f"{remaining} records still undelivered after {timeout:.0f}s")
+        self.raise_failures()
+
+    def drain(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every queued record to be acknowledged or
+        reported failed; how many are still queued. Failures are kept (``flush`` raises
+        them, ``take_failures`` hands them over)."""
         deadline = time.monotonic() + timeout
         remaining = 0
         for producer in list(self._producers.values()):
             remaining += producer.flush(max(0.0, deadline - time.monotonic()))
         self._report_deliveries()
-        if remaining:
-            raise ProduceError(f"{remaining} records still undelivered after {timeout:.0f}s")
-        self.raise_failures()
+        return remaining
+
+    def queued(self) -> int:
+        """Records sent and not done: neither acknowledged nor reported failed (a
+        failure counts until its report is served by ``poll``). 0 means every record
+        sent so far was acknowledged, or is in ``take_failures``."""
+        producers = {id(p): p for p in self._producers.values()}
+        for counts in [*self._counts.values(), *self._retired_counts]:
+            producers[id(counts.producer)] = counts.producer  # retired ones still draining
+        return sum(len(p) for p in producers.values())
+
+    def take_failures(self) -> list[tuple[_RawKafkaError, Message]]:
+        """The failed deliveries reported so far without a caller's callback, as
+        (error, message) (librdkafka hands a failed record's key and value back, not
+        its headers); they are no longer raised by ``flush``."""
+        failures, self._failures = self._failures, []
+        return failures
 
     def poll(self, timeout: float = 0.0) -> None:
         """Serve delivery callbacks (``send`` also does, every so often)."""
@@ -329,9 +352,9 @@ class StreamProducer:
 
     def raise_failures(self) -> None:
         """Raise ProduceError for records that failed without a caller's callback."""
-        if not self._failures:
+        failures = self.take_failures()
+        if not failures:
             return
-        failures, self._failures = self._failures, []
         err, msg = failures[0]
         raise ProduceError(
             f"{len(failures)} records could not be delivered to stream {self.stream!r}; "

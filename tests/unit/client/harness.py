@@ -2,15 +2,22 @@
 fetches are fed in, the clock is virtual (``Clock``, patched over the consumer module's
 ``time``; the ``clock`` fixture in conftest.py) and the dlq lane's Kafka producer is a
 stand-in (``DlqBroker``) whose writes are acked (or failed) when the caller says so, or
-at its next poll."""
+at its next poll, reporting failures only, as librdkafka does for it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from streamplane.client.consumer import StreamConsumer, StreamMessage, _LaneBuffer
+from streamplane.client.consumer import (
+    _DLQ_BATCH_INTERVAL_S,
+    StreamConsumer,
+    StreamMessage,
+    _LaneBuffer,
+)
+from streamplane.client.dlq_writer import DlqWriter
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer, _Route, _TopicCounts
 from streamplane.core.routing import DLQ_LANE
@@ -33,14 +40,19 @@ class Clock:
 
 
 class DlqBroker:
-    """The dlq lane's Kafka producer: holds each write until ``deliver`` (or, with
-    ``ack_at_poll``, acknowledges what it holds at every poll)."""
+    """The dlq lane's Kafka producer (failures reported only): holds each write until
+    ``deliver`` (or, with ``ack_at_poll``, delivers what it holds at every poll). A
+    failed write's report (its key and value, no headers) waits for the next poll and
+    counts in ``len`` until then."""
 
     def __init__(self, ack_at_poll: bool = False) -> None:
         self.ack_at_poll = ack_at_poll
         self.written: list[tuple[bytes | None, list[tuple[str, bytes]]]] = []
-        self.pending: list[Any] = []
-        self.fail_next = False
+        self.pending: list[Message] = []
+        self.reports: list[Message] = []  # failed writes, reported at the next poll
+        self.fail_next = False  # the next ``deliver`` fails every write it holds
+        # The producer's delivery callback (set by ``stand_in_consumer``).
+        self.on_delivery: Callable[[KafkaError, Message], None] | None = None
 
     def produce(  # confluent-kafka's signature: positional or keyword
         self,
@@ -53,27 +65,34 @@ class DlqBroker:
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
+        assert callback is None and on_delivery is None, "the dlq reports failures only"
         self.written.append((value, headers))
-        self.pending.append((callback or on_delivery, Message(topic=topic, value=value)))
+        self.pending.append(Message(topic=topic, value=value, key=key))
 
-    def deliver(self) -> None:
-        callbacks, self.pending = self.pending, []
-        for callback, msg in callbacks:
-            callback(KafkaError(KafkaError._MSG_TIMED_OUT) if self.fail_next else None, msg)
+    def deliver(self, *, fail: Callable[[Message], bool] | None = None) -> None:
+        """Deliver every held write; those ``fail`` picks (or all, after
+        ``fail_next``) fail."""
+        for msg in self.pending:
+            if self.fail_next or (fail is not None and fail(msg)):
+                self.reports.append(msg)
+        self.pending = []
         self.fail_next = False
 
     def poll(self, timeout: float = 0) -> int:
-        n = len(self.pending) if self.ack_at_poll else 0
-        if n:
+        if self.ack_at_poll:
             self.deliver()
-        return n
+        reports, self.reports = self.reports, []
+        for msg in reports:
+            assert self.on_delivery is not None
+            self.on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), msg)
+        return len(reports)
 
     def flush(self, timeout: float = 0) -> int:
         self.poll()
-        return len(self.pending)
+        return len(self)
 
     def __len__(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + len(self.reports)
 
 
 class NoKafka:
@@ -99,11 +118,12 @@ def stand_in_consumer(
         retry_backoff=retry_backoff,
     )
     c._lanes, c._lane_order, c._buffers = ["default"], {"default": 0}, [_LaneBuffer()]
-    dlq = StreamProducer("s", None, lane=DLQ_LANE, delivery_reports="all")  # type: ignore[arg-type]
+    dlq = StreamProducer("s", None, lane=DLQ_LANE)  # type: ignore[arg-type]
+    broker.on_delivery = dlq._on_delivery
     route = _Route(broker, "sp.s.dlq.e1", "local-a", 1, _TopicCounts(broker, ("s", DLQ_LANE)))  # type: ignore[arg-type]
     dlq._producers, dlq._routes = {"local-a": broker}, {DLQ_LANE: route}  # type: ignore[dict-item]
     dlq._max_record_bytes, dlq._default_lane, dlq._opened = 1 << 20, DLQ_LANE, True
-    c._dlq = dlq
+    c._dlq = DlqWriter(dlq, _DLQ_BATCH_INTERVAL_S, c._dead_letter_write)
     c._opened = True
     c._consumers = {"local-a": NoKafka()}  # type: ignore[dict-item]
     c._commit_stores["local-a"] = NoKafka()  # type: ignore[assignment]

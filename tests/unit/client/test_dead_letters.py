@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamplane.client.consumer import StreamConsumer
 from streamplane.client.provenance import read_provenance
 from tests.unit.client.harness import Clock, DlqBroker, consumer_of, poll
 
@@ -33,7 +34,7 @@ def test_a_record_out_of_attempts_settles_only_once_its_dead_letter_is_acked(
     progress = state.progress(0)
     assert progress.low_watermark == 3
     assert c.stats["dlq"] == 1 and c.stats["rejected"] == 1
-    assert c._dlq_pending == 0
+    assert c._dlq is not None and c._dlq.pending == 0
 
 
 def test_a_failed_dlq_write_hands_the_record_out_again_and_loses_nothing(
@@ -87,3 +88,87 @@ def test_a_record_nacked_after_its_partition_was_given_up_is_not_retried(
     assert poll(c, clock, 0.2) == []
     assert poll(c, clock, 1.0) == []
     assert len(c._retries) == 0
+
+
+def exhaust(c: StreamConsumer, clock: Clock, offsets: set[int]) -> None:
+    """Nack the handed-out records at ``offsets`` until they run out of attempts (2);
+    ack the rest."""
+    for m in poll(c, clock, 0):
+        m.nack("boom") if m.offset in offsets else m.ack()
+    for m in poll(c, clock, 0.2):
+        m.nack("boom")
+    poll(c, clock, 0)  # housekeeping: out of attempts
+
+
+def test_dead_letters_go_out_a_batch_at_a_time_and_settle_when_the_batch_is_in(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(6, broker)
+    held = []
+    for m in poll(c, clock, 0):
+        if m.offset == 1:
+            m.nack("boom")
+        elif m.offset in (3, 4):
+            held.append(m)  # still being handled
+        else:
+            m.ack()
+    poll(c, clock, 0.2)[0].nack("boom")
+    poll(c, clock, 0)  # record 1 is out of attempts: the first batch goes
+    assert [v for v, _ in broker.written] == [b"1"]
+
+    # Records 3 and 4 run out of attempts while the first batch is in flight.
+    for m in held:
+        m.nack("boom")
+    for m in poll(c, clock, 0.2):
+        m.nack("boom")
+    poll(c, clock, 0)
+    assert [v for v, _ in broker.written] == [b"1"]  # waiting for the batch in flight
+    assert state.unsettled() == 3
+
+    broker.deliver()
+    poll(c, clock, 0)  # the first batch is in: record 1 settles, the next batch goes
+    assert state.unsettled() == 2
+    assert [v for v, _ in broker.written] == [b"1", b"3", b"4"]
+    broker.deliver()
+    poll(c, clock, 0)
+    assert state.unsettled() == 0 and c.stats["dlq"] == 3
+    assert state.progress(0).low_watermark == 6
+
+
+def test_the_next_batch_goes_out_no_sooner_than_the_batch_interval(clock: Clock) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(3, broker)
+    handed = poll(c, clock, 0)
+    handed[0].reject("bad")
+    poll(c, clock, 0)
+    broker.deliver()
+    handed[1].reject("bad too")
+    poll(c, clock, 0)  # the first batch is in; the second is not due yet
+    assert [v for v, _ in broker.written] == [b"0"]
+    assert state.unsettled() == 2
+
+    clock.now += 0.1
+    poll(c, clock, 0)
+    assert [v for v, _ in broker.written] == [b"0", b"1"]
+
+
+def test_a_failed_write_in_a_batch_is_written_again_and_the_rest_settle(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(4, broker)
+    exhaust(c, clock, {1, 2})
+    assert [v for v, _ in broker.written] == [b"1", b"2"]
+
+    broker.deliver(fail=lambda msg: msg.value() == b"2")
+    poll(c, clock, 0)  # the failure is reported, the batch is in
+    assert state.unsettled() == 1 and c.stats["dlq"] == 1
+    again = poll(c, clock, 1.1)  # handed out again a second later
+    assert [m.offset for m in again] == [2]
+    again[0].nack("boom")
+    poll(c, clock, 0)
+    assert [v for v, _ in broker.written] == [b"1", b"2", b"2"]
+    broker.deliver()
+    poll(c, clock, 0)
+    assert state.unsettled() == 0 and state.progress(0).low_watermark == 4
