@@ -172,3 +172,16 @@ def test_a_failed_write_in_a_batch_is_written_again_and_the_rest_settle(
     broker.deliver()
     poll(c, clock, 0)
     assert state.unsettled() == 0 and state.progress(0).low_watermark == 4
+
+
+def test_closing_writes_the_waiting_dead_letters_and_settles_them(clock: Clock) -> None:
+    broker = DlqBroker(ack_at_poll=True)
+    c, state = consumer_of(2, broker)
+    handed = poll(c, clock, 0)
+    handed[0].reject("bad")
+    poll(c, clock, 0)  # the first batch goes out
+    handed[1].reject("bad too")  # waits: the next batch is not due for 0.1 s
+
+    c._flush_dlq(1.0)  # as close() does, before its last commit
+    assert [v for v, _ in broker.written] == [b"0", b"1"]
+    assert state.unsettled() == 0 and c.stats["dlq"] == 2
