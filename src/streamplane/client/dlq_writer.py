@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from streamplane.client.producer import StreamProducer
+from streamplane.client.producer import Record, StreamProducer
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ R = TypeVar("R")
 # A dead letter: its record (what settles), the reason and the attempts it took.
 Letter = tuple[R, str, int]
 # What is written for a dead letter: (value, key, headers).
-Write = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+Write = Record
 
 
 class DlqWriter(Generic[R]):
@@ -58,12 +58,14 @@ class DlqWriter(Generic[R]):
         self.write_of = write_of
         self._waiting: list[Letter[R]] = []
         self._in_flight: list[Letter[R]] = []
+        self._refused: list[R] = []  # records whose dead letter could not be queued
         self._next_batch_at = 0.0
 
     @property
     def pending(self) -> int:
-        """Dead letters not in yet: waiting for a batch, or in the one in flight."""
-        return len(self._waiting) + len(self._in_flight)
+        """Dead letters not in yet: waiting for a batch, in the one in flight, or
+        refused (to be reported failed at the next ``advance``)."""
+        return len(self._waiting) + len(self._in_flight) + len(self._refused)
 
     def add(self, letters: list[Letter[R]]) -> None:
         """Queue dead letters for the next batch."""
@@ -72,6 +74,7 @@ class DlqWriter(Generic[R]):
     def discard(self, unwanted: Callable[[R], bool]) -> None:
         """Drop waiting dead letters whose record is ``unwanted`` (written ones are out)."""
         self._waiting = [letter for letter in self._waiting if not unwanted(letter[0])]
+        self._refused = [record for record in self._refused if not unwanted(record)]
 
     def advance(self, now: float, *, send_now: bool = False) -> tuple[list[R], list[R]]:
         """Records whose dead letter is in, as (written, failed), once the batch in
@@ -79,11 +82,14 @@ class DlqWriter(Generic[R]):
         ``send_now``)."""
         written: list[R] = []
         failed: list[R] = []
+        if self._refused:
+            failed, self._refused = self._refused, []
         if self._in_flight:
             self.producer.poll(0)  # serves failure reports
             if self.producer.queued():
                 return written, failed
-            written, failed = self._batch_done()
+            written, lost = self._batch_done()
+            failed += lost
         if self._waiting and (send_now or now >= self._next_batch_at):
             self._send(now)
         return written, failed
@@ -98,16 +104,22 @@ class DlqWriter(Generic[R]):
 
     def _send(self, now: float) -> None:
         batch, self._waiting = self._waiting, []
-        send, write_of = self.producer.send, self.write_of
-        sent = 0
+        write_of = self.write_of
         try:
-            for letter in batch:
-                send(*write_of(*letter))
-                sent += 1
-        finally:
-            self._in_flight = batch[:sent]
-            if sent < len(batch):  # a send raised: the rest waits for the next batch
-                self._waiting = batch[sent:] + self._waiting
+            too_large = self.producer.send_batch([write_of(*letter) for letter in batch])
+        except BaseException:  # nothing queued (closed, or no dlq lane): all wait
+            self._waiting = batch + self._waiting
+            raise
+        if too_large:
+            refused = set(too_large)
+            log.error(
+                "%d dead letters exceed the stream's record bound and were not written: "
+                "their records stay unsettled and are handed out again",
+                len(refused),
+            )
+            self._refused += [batch[i][0] for i in too_large]
+            batch = [letter for i, letter in enumerate(batch) if i not in refused]
+        self._in_flight = batch
         self._next_batch_at = now + self.interval_s
 
     def _batch_done(self) -> tuple[list[R], list[R]]:

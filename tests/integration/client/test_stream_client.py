@@ -311,3 +311,30 @@ def test_failures_only_reports_count_acks_and_surface_errors(
     failing.close()
     assert METRICS.produce_errors[(stream, "realtime")] == 10
     assert METRICS.delivered[(stream, "realtime")] == 2500
+
+
+def test_send_batch_queues_a_lane_s_records_in_order_and_names_the_ones_too_large(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    from streamplane.client.metrics import METRICS
+
+    stream = stream_factory(cluster="local-a", partitions=1, lanes=("realtime",))
+    client = control_plane.client()
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]] = [
+        (str(i).encode(), b"k", [("n", str(i).encode())]) for i in range(5)
+    ]
+    records.insert(2, (b"x" * 64, None, None))  # over the bound below
+    with StreamProducer(stream, client, max_record_bytes=32) as producer:
+        assert producer.send_batch(records) == [2]
+        producer.flush()
+    assert METRICS.delivered[(stream, "realtime")] == 5
+
+    seen: list[tuple[bytes | None, object]] = []
+    with StreamConsumer(stream, f"g-{uuid.uuid4().hex[:6]}", client) as consumer:
+
+        def handle(msg: StreamMessage) -> None:
+            seen.append((msg.value, msg.headers))
+            msg.ack()
+
+        consume_until(consumer, lambda: len(seen) >= 5, handle)
+    assert seen == [(str(i).encode(), [("n", str(i).encode())]) for i in range(5)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.provenance import read_provenance
 from tests.unit.client.harness import Clock, DlqBroker, consumer_of, poll
@@ -185,3 +187,22 @@ def test_closing_writes_the_waiting_dead_letters_and_settles_them(clock: Clock) 
     c._flush_dlq(1.0)  # as close() does, before its last commit
     assert [v for v, _ in broker.written] == [b"0", b"1"]
     assert state.unsettled() == 0 and c.stats["dlq"] == 2
+
+
+def test_a_dead_letter_over_the_record_bound_is_not_written_and_its_record_stays_unsettled(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(12, broker)
+    assert c._dlq is not None
+    c._dlq.producer._max_record_bytes = 1  # values "10" and "11" are over it
+    exhaust(c, clock, {1, 10})
+    assert [v for v, _ in broker.written] == [b"1"]  # the rest of the batch is written
+    assert "exceed the stream's record bound" in caplog.text
+
+    broker.deliver()
+    poll(c, clock, 0)
+    assert state.unsettled() == 1 and c.stats["dlq"] == 1  # record 10 is not settled
+    assert state.progress(0).low_watermark == 10
+    again = poll(c, clock, 1.1)  # handed out again a second later, like a failed write
+    assert [m.offset for m in again] == [10]
