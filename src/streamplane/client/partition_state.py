@@ -282,7 +282,10 @@ class PartitionState:
         assert self.base is not None
         settled = self.settled_now()
         if self.rejecting:  # each offset once: ``settle`` marks only what it settles
-            self.rejected.add_sorted(sorted(self.rejecting), distinct=True)
+            # Marks below the new low watermark are dropped by the commit: most of them
+            # when poison pills flow (each one's mark would be a range of its own).
+            low = settled.first_missing(self.base)
+            self.rejected.add_sorted(sorted(o for o in self.rejecting if o >= low), distinct=True)
             self.rejecting = []
         progress = PartitionProgress.from_settled(
             self.base,
