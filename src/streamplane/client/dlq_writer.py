@@ -107,7 +107,10 @@ class DlqWriter(Generic[R]):
         write_of = self.write_of
         try:
             too_large = self.producer.send_batch([write_of(*letter) for letter in batch])
-        except BaseException:  # nothing queued (closed, or no dlq lane): all wait
+        except BaseException:
+            # Every letter waits for the next batch. Usually nothing was queued (the
+            # producer is closed, or has no dlq lane); if produce itself raised part way,
+            # the letters queued before it are written twice (at-least-once, as above).
             self._waiting = batch + self._waiting
             raise
         if too_large:

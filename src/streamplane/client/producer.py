@@ -306,9 +306,10 @@ class StreamProducer:
 
     def send_batch(self, records: Sequence[Record], lane: str | None = None) -> list[int]:
         """Queue ``records`` ((value, key, headers) each, bytes) for one lane in order,
-        with one routing lookup for them all; failures are reported like ``send``'s.
-        Returns the positions of the records over the stream's bound, which are not
-        queued (every other record is)."""
+        with one routing lookup for them all. Returns the positions of the records over
+        the stream's bound, which are not queued (every other record is). Unlike
+        ``send``, it serves no delivery reports itself: failures are collected at the
+        caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``)."""
         route = self._route_for(lane)
         producer, topic, bound = route.producer, route.topic, self._max_record_bytes
         produce = producer.produce
