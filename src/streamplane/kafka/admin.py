@@ -6,14 +6,38 @@ Only what streamplane needs, with Kafka errors turned into ``streamplane.KafkaEr
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+)
 
 from streamplane.exceptions import KafkaError
+
+# What ListOffsets answers for a partition just created: the client or the leader does
+# not know it yet, or the leader has not opened it yet.
+_NOT_OPEN_YET = frozenset(
+    {
+        "_NOENT",  # librdkafka: no leader found in its metadata
+        "_UNKNOWN_PARTITION",
+        "_UNKNOWN_TOPIC",
+        "_TIMED_OUT",
+        "UNKNOWN_TOPIC_OR_PART",
+        "NOT_LEADER_FOR_PARTITION",  # NOT_LEADER_OR_FOLLOWER in Kafka
+        "LEADER_NOT_AVAILABLE",
+        "REPLICA_NOT_AVAILABLE",
+        "REQUEST_TIMED_OUT",
+        "UNKNOWN_TOPIC_ID",
+    }
+)
 
 # librdkafka logs connection errors to stderr by default; streamplane reports errors itself.
 QUIET: Mapping[str, Any] = {"log_level": 0}
@@ -90,15 +114,53 @@ class KafkaAdmin:
         topics: Iterable[tuple[str, int, int, Mapping[str, str]]],
         timeout: float = 30.0,
     ) -> dict[str, KafkaError | None]:
-        """Create (name, partitions, replication, configs) topics; per-topic result."""
-        new = [
-            NewTopic(name, num_partitions=p, replication_factor=r, config=dict(cfg))
-            for name, p, r, cfg in topics
-        ]
-        if not new:
+        """Create (name, partitions, replication, configs) topics; per-topic result.
+
+        A topic reported created is writable: every partition's leader has answered a
+        ListOffsets request for it. The controller answers CreateTopics before the
+        leaders have opened the partitions, and an idempotent producer's first batch
+        to a partition that is not open yet can be acknowledged without being written
+        (a later batch becomes the partition's first record; seen on Kafka 4.4 with
+        librdkafka 2.16, about one topic in 60 of 12 partitions). A topic created but
+        not writable within ``timeout`` is deleted again and reported as an error."""
+        wanted = [(name, p, r, dict(cfg)) for name, p, r, cfg in topics]
+        if not wanted:
             return {}
+        deadline = time.monotonic() + timeout
+        new = [
+            NewTopic(n, num_partitions=p, replication_factor=r, config=c) for n, p, r, c in wanted
+        ]
         futures = self._admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
-        return _results(futures, "create topic", timeout)
+        results = _results(futures, "create topic", timeout)
+        created = [
+            TopicPartition(n, i) for n, p, _, _ in wanted if results[n] is None for i in range(p)
+        ]
+        not_writable = await_writable(self._list_offsets, created, deadline)
+        if not_writable:
+            results.update(not_writable)
+            self.delete_topics(not_writable, timeout)  # best effort: a retry creates them anew
+        return results
+
+    def _list_offsets(
+        self, partitions: Sequence[TopicPartition], timeout: float
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """ListOffsets (latest) for ``partitions``, from each one's leader."""
+        timeout = max(timeout, 0.1)
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = self._admin.list_offsets(
+            dict.fromkeys(partitions, latest), request_timeout=timeout
+        )
+        out: dict[TopicPartition, KafkaError | None] = {}
+        for tp, fut in futures.items():
+            try:
+                fut.result(timeout=timeout + 1.0)
+                out[tp] = None
+            except KafkaException as exc:
+                err = to_kafka_error(exc, f"offsets of {tp.topic} [{tp.partition}]")
+                if err.code in _NOT_OPEN_YET:  # librdkafka flags some of these final
+                    err = KafkaError(str(err), code=err.code, retriable=True)
+                out[tp] = err
+        return out
 
     def delete_topics(
         self, names: Iterable[str], timeout: float = 30.0
@@ -137,6 +199,59 @@ class KafkaAdmin:
     def raw(self) -> AdminClient:
         """The underlying AdminClient, for adapters that need more."""
         return self._admin
+
+
+ListOffsets = Callable[
+    [Sequence[TopicPartition], float], Mapping[TopicPartition, KafkaError | None]
+]
+
+
+def await_writable(
+    list_offsets: ListOffsets,
+    partitions: Sequence[TopicPartition],
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, KafkaError]:
+    """Ask for the partitions' offsets until every leader has answered, or ``deadline``
+    (``clock`` time) passes; returns the topics that are not writable, with why.
+
+    ``list_offsets(partitions, timeout)`` answers None (the leader answered) or the
+    error per partition. A retriable error (no leader known yet, or the leader has not
+    opened the partition) is asked again after a short backoff; any other error is
+    final for its topic. A partition left without an answer counts as retriable."""
+    pending = list(partitions)
+    failed: dict[str, KafkaError] = {}
+    backoff = 0.01
+    while pending:
+        answers = list_offsets(pending, deadline - clock())
+        waiting: dict[TopicPartition, KafkaError] = {}
+        for tp in pending:
+            if tp in answers and answers[tp] is None:
+                continue
+            err = answers.get(tp) or KafkaError("no answer", retriable=True)
+            if err.retriable:
+                waiting[tp] = err
+            else:
+                failed.setdefault(tp.topic, err)
+        pending = [tp for tp in waiting if tp.topic not in failed]
+        if not pending:
+            break
+        if clock() + backoff > deadline:
+            for tp in pending:
+                failed.setdefault(
+                    tp.topic,
+                    KafkaError(
+                        f"topic {tp.topic} was created, but partition {tp.partition} is "
+                        f"not writable yet ({waiting[tp]})",
+                        code=waiting[tp].code or "LEADER_NOT_AVAILABLE",
+                        retriable=True,
+                    ),
+                )
+            break
+        sleep(backoff)
+        backoff = min(backoff * 2, 0.2)
+    return failed
 
 
 def _results(futures: Mapping[str, Any], what: str, timeout: float) -> dict[str, KafkaError | None]:

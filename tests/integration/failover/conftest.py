@@ -14,9 +14,9 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
@@ -111,17 +111,25 @@ def segment_states(client: ControlPlaneClient, stream: str) -> dict[str, str]:
     return {s.topic: s.state.value for s in client.routing(stream).segments}
 
 
+class Ack(NamedTuple):
+    """Where a delivery report said a record was written."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
 @dataclass
 class LoadedProducer:
     """A StreamProducer in a thread at ``rate`` records/s; ids are "<n>" values.
 
-    ``acked`` are the ids whose delivery callbacks reported success, with the cluster;
-    ``sent_times`` when each id was handed to the producer (monotonic).
+    ``acked`` are the ids whose delivery callbacks reported success, with where Kafka
+    said it wrote them.
     """
 
     producer: StreamProducer
     rate: float
-    acked: dict[int, str] = field(default_factory=dict)
+    acked: dict[int, Ack] = field(default_factory=dict)
     failed: int = 0
     sent: int = 0
     stopped_at: float = 0.0
@@ -138,7 +146,7 @@ class LoadedProducer:
         def done(err: RawKafkaError | None, msg: Message) -> None:
             with self._lock:
                 if err is None:
-                    self.acked[n] = msg.topic() or ""
+                    self.acked[n] = Ack(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
                 else:
                     self.failed += 1
 
@@ -233,12 +241,21 @@ class ConsumeTrace:
     read_at: dict[int, list[tuple[str, int, int]]] = field(default_factory=dict)
     states: list[dict[str, Any]] = field(default_factory=list)
 
-    def explain(self, client: ControlPlaneClient, stream: str, missing: Sequence[int]) -> str:
-        """Where the missing ids are in Kafka, what was read around them, and the
-        reading member's state of their partitions."""
+    def explain(
+        self,
+        client: ControlPlaneClient,
+        stream: str,
+        missing: Sequence[int],
+        acked: Mapping[int, Ack],
+    ) -> str:
+        """Where each missing id was acknowledged and what Kafka holds there now, where
+        it is found in Kafka (if anywhere), what was read around it, and the reading
+        member's state of its partition."""
         where = locate_ids(client, stream, set(missing))
         lines = []
         for n in missing[:10]:
+            ack = acked[n]
+            lines.append(f"id {n} acknowledged at {ack}; Kafka holds there: {held_at(client, ack)}")
             if n not in where:
                 lines.append(f"id {n}: not found in any topic of the stream")
                 continue
@@ -252,6 +269,23 @@ class ConsumeTrace:
             state = [s for s in self.states if (s["topic"], s["partition"]) == (topic, partition)]
             lines.append(f"id {n} at {topic}[{partition}]@{offset}; read nearby {near}; {state}")
         return "\n".join(lines)
+
+
+def held_at(client: ControlPlaneClient, ack: Ack) -> str:
+    """The partition's watermarks and the record at the acknowledged offset."""
+    table = client.routing(ack.topic.split(".")[1])
+    cluster = next(s.cluster for s in table.segments if s.topic == ack.topic)
+    c = make_consumer(client.cluster_bootstrap(cluster), f"held-{uuid.uuid4().hex[:6]}")
+    try:
+        tp = TopicPartition(ack.topic, ack.partition, ack.offset)
+        low, high = c.get_watermark_offsets(tp, timeout=10)
+        c.assign([tp])
+        for m in c.consume(1, 5.0):
+            if m.error() is None:
+                return f"[{low}, {high}) and at {m.offset()}: {m.value()!r}"
+        return f"[{low}, {high}) and nothing read at {ack.offset}"
+    finally:
+        c.close()
 
 
 def locate_ids(

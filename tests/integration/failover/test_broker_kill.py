@@ -39,7 +39,7 @@ def test_broker_kill_fails_over_and_loses_nothing(
             table = load.producer.routing
             assert {table.active(lane).cluster for lane in table.all_lanes} == {"local-b"}
             wait_for(
-                lambda: any(t.endswith(f".e{table.epoch}") for t in load.acked.values()),
+                lambda: any(a.topic.endswith(f".e{table.epoch}") for a in load.acked.values()),
                 10,
                 "a record acknowledged on local-b",
             )
