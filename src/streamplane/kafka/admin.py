@@ -6,6 +6,7 @@ Only what streamplane needs, with Kafka errors turned into ``streamplane.KafkaEr
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ _NOT_OPEN_YET = frozenset(
         "REPLICA_NOT_AVAILABLE",
         "REQUEST_TIMED_OUT",
         "UNKNOWN_TOPIC_ID",
+        "UNKNOWN_LEADER_EPOCH",
     }
 )
 
@@ -144,8 +146,15 @@ class KafkaAdmin:
     def _list_offsets(
         self, partitions: Sequence[TopicPartition], timeout: float
     ) -> dict[TopicPartition, KafkaError | None]:
-        """ListOffsets (latest) for ``partitions``, from each one's leader."""
+        """ListOffsets (latest) for ``partitions``, from each one's leader.
+
+        The client's metadata of each topic is refreshed first: ListOffsets looks the
+        leaders up in its cache, and a topic cached as unknown just before it was
+        created stayed "no leaders found" for 20 s and more (3 topics in 40)."""
         timeout = max(timeout, 0.1)
+        for topic in dict.fromkeys(tp.topic for tp in partitions):
+            with contextlib.suppress(KafkaException):
+                self._admin.list_topics(topic=topic, timeout=timeout)
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         futures = self._admin.list_offsets(
             dict.fromkeys(partitions, latest), request_timeout=timeout
@@ -176,10 +185,17 @@ class KafkaAdmin:
     def create_partitions(
         self, topic: str, total: int, timeout: float = 30.0
     ) -> dict[str, KafkaError | None]:
+        """Grow ``topic`` to ``total`` partitions; like ``create_topics``, it returns
+        once every partition's leader answers for it (or reports that it did not)."""
+        deadline = time.monotonic() + timeout
         futures = self._admin.create_partitions(
             [NewPartitions(topic, total)], operation_timeout=timeout, request_timeout=timeout
         )
-        return _results(futures, "create partitions", timeout)
+        results = _results(futures, "create partitions", timeout)
+        if results.get(topic) is None:
+            partitions = [TopicPartition(topic, i) for i in range(total)]
+            results.update(await_writable(self._list_offsets, partitions, deadline))
+        return results
 
     def describe_topic_configs(self, topic: str, timeout: float = 10.0) -> dict[str, str]:
         return self._describe_configs(ConfigResource(ConfigResource.Type.TOPIC, topic), timeout)

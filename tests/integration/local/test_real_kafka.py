@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.fleet import FleetDescriptor
@@ -96,10 +97,13 @@ def test_create_partitions_and_describe_configs(
     topic = topic_factory("local-a", partitions=6, config={"retention.ms": "3600000"})
     admin = KafkaAdmin(bootstrap)
     assert admin.create_partitions(topic, 9)[topic] is None
-    deadline = time.monotonic() + 10
-    while len(admin.metadata().topics[topic].partitions) != 9 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(admin.metadata().topics[topic].partitions) == 9
+    # Returned only once every partition's leader answers for it: no polling here.
+    offsets = admin.raw().list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(9)}, request_timeout=10
+    )
+    assert sorted(tp.partition for tp, f in offsets.items() if f.result(15).offset == 0) == [
+        *range(9)
+    ]
 
     assert admin.describe_topic_configs(topic)["retention.ms"] == "3600000"
     broker = admin.describe_broker_configs(fleet.cluster("local-a").brokers[0].node_id)
