@@ -61,7 +61,11 @@ class RoutingWatcher:
         return self._table
 
     def stop(self) -> None:
+        """Stop watching. The thread may sit in its long poll for up to
+        ``poll_timeout_s`` more; it lets go of the listeners now, so a closed producer
+        or consumer (and the records it still buffers) is freed at once, not then."""
         self._stop.set()
+        self._listeners = []
 
     def _run(self) -> None:
         backoff = 0.1
@@ -88,6 +92,8 @@ class RoutingWatcher:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
+            if self._stop.is_set():
+                break
             if table.epoch > current.epoch:
                 self._table = table
                 for listener in self._listeners:
