@@ -17,7 +17,9 @@
   same two consumers interleaved (open together, turns of 5,000 good records each; at
   1,000,000 records both fetch at once and a turn's speed depends on whose fetch is
   ahead: measured pair ratios split into ~0.65 and ~1.2 while the CPU ratio stayed
-  0.94, so its CPU ratio is the figure to read). Its runs are longer
+  0.94, so its CPU ratio is the figure to read; but it flatters the poisoned side: the
+  clean side's CPU per good record rises 2-17% when it shares the process with the
+  poisoned consumer, so the sequential figure is the one to judge by). Its runs are longer
   (--poison-records): a pill lives ~0.25 s (two backoffs, then its dead letter's
   batch and ack), so a 200,000-record run (~0.3 s) ends before most
   pills reach the dlq and measures the start, not the steady state. It prints how busy
