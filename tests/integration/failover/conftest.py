@@ -273,6 +273,13 @@ class ConsumeTrace:
 
 def held_at(client: ControlPlaneClient, ack: Ack) -> str:
     """The partition's watermarks and the record at the acknowledged offset."""
+    try:
+        return _held_at(client, ack)
+    except Exception as exc:  # a diagnostic must not hide the loss it explains
+        return f"not readable ({exc!r})"
+
+
+def _held_at(client: ControlPlaneClient, ack: Ack) -> str:
     table = client.routing(ack.topic.split(".")[1])
     cluster = next(s.cluster for s in table.segments if s.topic == ack.topic)
     c = make_consumer(client.cluster_bootstrap(cluster), f"held-{uuid.uuid4().hex[:6]}")

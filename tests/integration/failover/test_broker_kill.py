@@ -15,6 +15,7 @@ from collections.abc import Callable
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.local.fleet import LocalFleet
 from tests.integration.failover.conftest import (
+    ConsumeTrace,
     LoadedProducer,
     consume_ids,
     producer_for,
@@ -56,10 +57,13 @@ def test_broker_kill_fails_over_and_loses_nothing(
         load.producer.flush(60)
         acked = set(load.acked)
         assert len(acked) > 1000
-        seen, dups = consume_ids(fo_client, stream, "kill-test", acked, timeout=90)
-        missing = acked - seen
+        trace = ConsumeTrace()
+        seen, dups = consume_ids(fo_client, stream, "kill-test", acked, timeout=90, trace=trace)
+        missing = sorted(acked - seen)
         print(f"acked {len(acked)}, consumed {len(seen)}, duplicates {dups}, lost {len(missing)}")
-        assert not missing, f"{len(missing)} acknowledged records lost"
+        assert not missing, f"{len(missing)} acknowledged records lost\n" + trace.explain(
+            fo_client, stream, missing, load.acked
+        )
         old = f"sp.{stream}.realtime.e1"
         wait_for(
             lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"), 30, "sealed"

@@ -37,15 +37,20 @@ def test_failover_under_load(fo_client: ControlPlaneClient, fo_stream: Callable[
         load.stop()
         load.producer.close(10)
     acked = set(load.acked)
-    seen, dups = consume_ids(fo_client, stream, "load-test", acked, timeout=120, members=3)
-    missing = acked - seen
+    trace = ConsumeTrace()
+    seen, dups = consume_ids(
+        fo_client, stream, "load-test", acked, timeout=120, members=3, trace=trace
+    )
+    missing = sorted(acked - seen)
     rate = load.sent / (load.stopped_at - started)
     print(
         f"\nsent {load.sent} (~{rate:.0f}/s), acked {len(acked)}, consumed {len(seen)}, "
         f"duplicates {dups}, lost {len(missing)}; switch after command: "
         + ", ".join(f"{x * 1000:.0f} ms" for x in latencies)
     )
-    assert not missing, f"{len(missing)} acknowledged records lost"
+    assert not missing, f"{len(missing)} acknowledged records lost\n" + trace.explain(
+        fo_client, stream, missing, load.acked
+    )
     assert max(latencies) < 1.0, latencies
 
 
