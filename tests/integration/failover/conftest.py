@@ -112,11 +112,12 @@ def segment_states(client: ControlPlaneClient, stream: str) -> dict[str, str]:
 
 
 class Ack(NamedTuple):
-    """Where a delivery report said a record was written."""
+    """Where a delivery report said a record was written (``offset`` None: the report
+    gave none, which is how a write lost on a partition not yet open was reported)."""
 
     topic: str
     partition: int
-    offset: int
+    offset: int | None
 
 
 @dataclass
@@ -146,7 +147,7 @@ class LoadedProducer:
         def done(err: RawKafkaError | None, msg: Message) -> None:
             with self._lock:
                 if err is None:
-                    self.acked[n] = Ack(msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+                    self.acked[n] = Ack(msg.topic() or "", msg.partition() or 0, msg.offset())
                 else:
                     self.failed += 1
 
@@ -255,7 +256,8 @@ class ConsumeTrace:
         lines = []
         for n in missing[:10]:
             ack = acked[n]
-            lines.append(f"id {n} acknowledged at {ack}; Kafka holds there: {held_at(client, ack)}")
+            held = held_at(client, stream, ack)
+            lines.append(f"id {n} acknowledged at {ack}; Kafka holds there: {held}")
             if n not in where:
                 lines.append(f"id {n}: not found in any topic of the stream")
                 continue
@@ -271,21 +273,24 @@ class ConsumeTrace:
         return "\n".join(lines)
 
 
-def held_at(client: ControlPlaneClient, ack: Ack) -> str:
+def held_at(client: ControlPlaneClient, stream: str, ack: Ack) -> str:
     """The partition's watermarks and the record at the acknowledged offset."""
     try:
-        return _held_at(client, ack)
+        return _held_at(client, stream, ack)
     except Exception as exc:  # a diagnostic must not hide the loss it explains
         return f"not readable ({exc!r})"
 
 
-def _held_at(client: ControlPlaneClient, ack: Ack) -> str:
-    table = client.routing(ack.topic.split(".")[1])
+def _held_at(client: ControlPlaneClient, stream: str, ack: Ack) -> str:
+    table = client.routing(stream)
     cluster = next(s.cluster for s in table.segments if s.topic == ack.topic)
     c = make_consumer(client.cluster_bootstrap(cluster), f"held-{uuid.uuid4().hex[:6]}")
     try:
-        tp = TopicPartition(ack.topic, ack.partition, ack.offset)
+        tp = TopicPartition(ack.topic, ack.partition)
         low, high = c.get_watermark_offsets(tp, timeout=10)
+        if ack.offset is None:
+            return f"[{low}, {high}) (the report gave no offset)"
+        tp.offset = ack.offset
         c.assign([tp])
         for m in c.consume(1, 5.0):
             if m.error() is None:
