@@ -149,8 +149,9 @@ class KafkaAdmin:
         """ListOffsets (latest) for ``partitions``, from each one's leader.
 
         The client's metadata of each topic is refreshed first: ListOffsets looks the
-        leaders up in its cache, and a topic cached as unknown just before it was
-        created stayed "no leaders found" for 20 s and more (3 topics in 40)."""
+        leaders up in its cache, and a topic cached as unknown before it was created
+        (its offsets asked for while it did not exist) stayed "no leaders found" for
+        20 s and more: 39 topics in 40 without the refresh, 0 in 40 with it."""
         timeout = max(timeout, 0.1)
         for topic in dict.fromkeys(tp.topic for tp in partitions):
             with contextlib.suppress(KafkaException):
