@@ -1,10 +1,9 @@
 """Where the good-record throughput lost to 1% poison pills goes, on the real stack.
 
-    .venv/bin/python bench/poison_breakdown.py [--records 200000] [--runs 12]
+    .venv/bin/python bench/poison_breakdown.py [--records 1000000] [--runs 5]
+        [--handler int|json] [--method sequential|interleaved]
 
-The same interleaved comparison as ``client_throughput.py`` (a clean and a poisoned
-consumer of one stream, JSON-event handler, turns of 5,000 good records), under
-variants of the poisoned path:
+A clean run and poisoned runs of one stream under variants of the poisoned path:
 
 - ``as shipped``: nacked, retried twice, dead-lettered (the dlq write, its delivery
   report, then the record settles);
@@ -12,12 +11,18 @@ variants of the poisoned path:
   settled at once instead of being written to the dlq lane. Not a mode of the
   client (it would lose the record): it only prices the dead-letter write;
 - ``no retries``: ``max_attempts=1``, so a pill goes to the dlq lane on its first nack
-  (prices the two retries).
+  (prices the two retries);
+- ``no retries, no dlq write``: one nack, then settled at once (what is left is the
+  nack itself and a record settled out of order).
 
-Each round runs every variant once, in a rotated order (without rotation, the variant
-that ran first in every round measured ~2-3% lower than it did rotated). It
-prints each variant's median ratio of per-pair good-record rates (poisoned / clean) and
-of consuming-thread CPU per good record (clean / poisoned).
+``sequential`` (the default, the yardstick of ``client_throughput.py``): each round
+runs the clean consumer and every variant one after another, in a rotated order, each
+reading the whole stream in a new group; it prints each variant's median good-record
+rate and consuming-thread CPU per good record, and what that CPU comes to per pill
+against the clean run. ``interleaved``: each variant runs ``client_throughput``'s
+interleaved comparison (a clean and a poisoned consumer in turns) and prints the
+median ratios. Rotating matters: without it, the variant that ran first in every
+round measured ~2-3% lower than it did rotated.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import client_throughput as bench
 from _stack import Stack, local_stack
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import StreamProducer
+
+Parse = Callable[[bytes | None], int]
 
 
 def _settle_without_dlq(
@@ -68,46 +75,93 @@ def no_retries() -> Iterator[None]:
         bench.bench_consumer = shipped
 
 
+@contextmanager
+def no_retries_no_dlq_write() -> Iterator[None]:
+    with no_retries(), no_dlq_write():
+        yield
+
+
 VARIANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "as shipped": nullcontext,
     "no dlq write": no_dlq_write,
     "no retries": no_retries,
+    "no retries, no dlq write": no_retries_no_dlq_write,
 }
+CLEAN = "clean"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--runs", type=int, default=12)
-    args = ap.parse_args()
-    n = args.records
-    names = list(VARIANTS)
-    with local_stack() as stack:
-        stream = f"bench-breakdown-{uuid.uuid4().hex[:6]}"
-        stack.client.create_stream(stream, "local-a", partitions=bench.PARTITIONS)
-        with StreamProducer(stream, stack.client) as p:
-            for i in range(n):
-                p.send(bench.log_event(i), key=str(i).encode())
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-        for round_ in range(args.runs + 1):  # round 0 warms up
-            k = round_ % len(names)
-            for name in names[k:] + names[:k]:
-                with VARIANTS[name]():
-                    clean, poisoned, clean_cpu, poisoned_cpu = bench.interleaved_poison(
-                        stack, stream, n, bench.number_in_event, bench.TURN_RECORDS
-                    )
-                if round_:
-                    results[name].append((poisoned / clean, clean_cpu / poisoned_cpu))
+def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
+    names = [CLEAN, *VARIANTS]
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for round_ in range(runs + 1):  # round 0 warms up
+        k = round_ % len(names)
+        for name in names[k:] + names[:k]:
+            poison_every = 0 if name == CLEAN else bench.POISON_EVERY
+            with nullcontext() if name == CLEAN else VARIANTS[name]():
+                rate = bench.stream_consume(stack, stream, n, poison_every, parse)
+            cpu_per_good = bench.CPU_PER_GOOD_US.pop(poison_every)[-1][0]
             if round_:
-                print(f"round {round_}/{args.runs}", flush=True)
-    print(f"1% poison, JSON-event handler, {n:,} records, {args.runs} interleaved pairs each:")
+                results[name].append((rate, cpu_per_good))
+        if round_:
+            print(f"round {round_}/{runs}", flush=True)
+    clean_cpu = statistics.median(cpu for _, cpu in results[CLEAN])
+    clean_rate = statistics.median(rate for rate, _ in results[CLEAN])
+    per_pill = bench.POISON_EVERY - 1  # good records per pill
+    print(f"1% poison, {n:,} records, {runs} sequential runs each (medians):")
+    for name in names:
+        rate = statistics.median(r for r, _ in results[name])
+        cpu = statistics.median(c for _, c in results[name])
+        print(
+            f"  {name:25s} {rate:9,.0f} good rec/s (x{rate / clean_rate:.2f}), consuming-thread "
+            f"CPU {cpu:.3f} us per good record (+{(cpu - clean_cpu) * per_pill:.1f} us per pill)"
+        )
+
+
+def interleaved(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
+    names = list(VARIANTS)
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for round_ in range(runs + 1):  # round 0 warms up
+        k = round_ % len(names)
+        for name in names[k:] + names[:k]:
+            with VARIANTS[name]():
+                clean, poisoned, clean_cpu, poisoned_cpu = bench.interleaved_poison(
+                    stack, stream, n, parse, bench.TURN_RECORDS
+                )
+            if round_:
+                results[name].append((poisoned / clean, clean_cpu / poisoned_cpu))
+        if round_:
+            print(f"round {round_}/{runs}", flush=True)
+    print(f"1% poison, {n:,} records, {runs} interleaved pairs each:")
     for name in names:
         ratios = [r for r, _ in results[name]]
         cpu = statistics.median(c for _, c in results[name])
         print(
-            f"  {name:13s} good-record ratio {statistics.median(ratios):.3f} "
+            f"  {name:25s} good-record ratio {statistics.median(ratios):.3f} "
             f"(pairs {min(ratios):.2f}-{max(ratios):.2f}), consuming-thread CPU ratio {cpu:.3f}"
         )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--handler", choices=["int", "json"], default="int")
+    ap.add_argument("--method", choices=["sequential", "interleaved"], default="sequential")
+    args = ap.parse_args()
+    value_of, parse = (
+        (bench.number_record, bench.number_of)
+        if args.handler == "int"
+        else (bench.log_event, bench.number_in_event)
+    )
+    with local_stack() as stack:
+        stream = f"bench-breakdown-{uuid.uuid4().hex[:6]}"
+        stack.client.create_stream(stream, "local-a", partitions=bench.PARTITIONS)
+        with StreamProducer(stream, stack.client) as p:
+            for i in range(args.records):
+                p.send(value_of(i), key=str(i).encode())
+        method = sequential if args.method == "sequential" else interleaved
+        print(f"{args.handler} handler:")
+        method(stack, stream, args.records, args.runs, parse)
 
 
 if __name__ == "__main__":
