@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from confluent_kafka import KafkaError as RawKafkaError
 from confluent_kafka import Message, TopicPartition
 from confluent_kafka.admin import NewTopic
 
+from _stack import local_stack
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.kafka.clients import consume_available, make_consumer, make_producer
-from streamplane.local.fleet import FleetSpec, LocalFleet
 
 RECORDS_PER_PARTITION = 8
 PAUSE_S = 0.03
@@ -94,20 +92,15 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=48)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        fleet = LocalFleet(Path(tmp) / "fleet")
-        desc = fleet.up(FleetSpec(data_dir=Path(tmp) / "fleet", clusters=1))
-        try:
-            bootstrap = desc.bootstrap("local-a")
-            print(
-                f"{args.topics} fresh topics of {args.partitions} partitions each, "
-                f"{RECORDS_PER_PARTITION} records per partition written from the moment the "
-                "topic is created:"
-            )
-            for wait in (False, True):
-                print("  " + run(bootstrap, args.topics, args.partitions, wait), flush=True)
-        finally:
-            fleet.down(purge=True)
+    with local_stack() as stack:
+        bootstrap = stack.fleet.bootstrap("local-a")
+        print(
+            f"{args.topics} fresh topics of {args.partitions} partitions each, "
+            f"{RECORDS_PER_PARTITION} records per partition written from the moment the "
+            "topic is created:"
+        )
+        for wait in (False, True):
+            print("  " + run(bootstrap, args.topics, args.partitions, wait), flush=True)
 
 
 if __name__ == "__main__":
