@@ -32,6 +32,7 @@ import statistics
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import TypeVar
 
 import client_throughput as bench
 from _stack import Stack, local_stack
@@ -39,6 +40,7 @@ from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import StreamProducer
 
 Parse = Callable[[bytes | None], int]
+T = TypeVar("T")
 
 
 def _settle_without_dlq(
@@ -90,20 +92,31 @@ VARIANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
 CLEAN = "clean"
 
 
-def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
-    names = [CLEAN, *VARIANTS]
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for round_ in range(runs + 1):  # round 0 warms up
+def rotated_rounds(names: list[str], runs: int, measure: Callable[[str], T]) -> dict[str, list[T]]:
+    """``measure(name)`` for every name in ``runs`` rounds, after a warm-up round that is
+    not kept; each round starts one name further on."""
+    results: dict[str, list[T]] = {name: [] for name in names}
+    for round_ in range(runs + 1):
         k = round_ % len(names)
         for name in names[k:] + names[:k]:
-            poison_every = 0 if name == CLEAN else bench.POISON_EVERY
-            with nullcontext() if name == CLEAN else VARIANTS[name]():
-                rate = bench.stream_consume(stack, stream, n, poison_every, parse)
-            cpu_per_good = bench.CPU_PER_GOOD_US.pop(poison_every)[-1][0]
+            result = measure(name)
             if round_:
-                results[name].append((rate, cpu_per_good))
+                results[name].append(result)
         if round_:
             print(f"round {round_}/{runs}", flush=True)
+    return results
+
+
+def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
+    def measure(name: str) -> tuple[float, float]:
+        """(good records per second, consuming-thread CPU per good record)"""
+        poison_every = 0 if name == CLEAN else bench.POISON_EVERY
+        with nullcontext() if name == CLEAN else VARIANTS[name]():
+            rate = bench.stream_consume(stack, stream, n, poison_every, parse)
+        return rate, bench.CPU_PER_GOOD_US.pop(poison_every)[-1][0]
+
+    names = [CLEAN, *VARIANTS]
+    results = rotated_rounds(names, runs, measure)
     clean_cpu = statistics.median(cpu for _, cpu in results[CLEAN])
     clean_rate = statistics.median(rate for rate, _ in results[CLEAN])
     per_pill = bench.POISON_EVERY - 1  # good records per pill
@@ -118,19 +131,16 @@ def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> No
 
 
 def interleaved(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
+    def measure(name: str) -> tuple[float, float]:
+        """(good-record rate ratio poisoned / clean, CPU ratio clean / poisoned)"""
+        with VARIANTS[name]():
+            clean, poisoned, clean_cpu, poisoned_cpu = bench.interleaved_poison(
+                stack, stream, n, parse, bench.TURN_RECORDS
+            )
+        return poisoned / clean, clean_cpu / poisoned_cpu
+
     names = list(VARIANTS)
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    for round_ in range(runs + 1):  # round 0 warms up
-        k = round_ % len(names)
-        for name in names[k:] + names[:k]:
-            with VARIANTS[name]():
-                clean, poisoned, clean_cpu, poisoned_cpu = bench.interleaved_poison(
-                    stack, stream, n, parse, bench.TURN_RECORDS
-                )
-            if round_:
-                results[name].append((poisoned / clean, clean_cpu / poisoned_cpu))
-        if round_:
-            print(f"round {round_}/{runs}", flush=True)
+    results = rotated_rounds(names, runs, measure)
     print(f"1% poison, {n:,} records, {runs} interleaved pairs each:")
     for name in names:
         ratios = [r for r, _ in results[name]]

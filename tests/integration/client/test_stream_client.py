@@ -13,7 +13,7 @@ import pytest
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.producer import StreamProducer
+from streamplane.client.producer import Record, StreamProducer
 from streamplane.client.provenance import read_provenance
 from streamplane.exceptions import (
     ConfigError,
@@ -326,9 +326,7 @@ def test_send_batch_queues_a_lane_s_records_in_order_and_names_the_ones_too_larg
 
     stream = stream_factory(cluster="local-a", partitions=1, lanes=("realtime",))
     client = control_plane.client()
-    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]] = [
-        (str(i).encode(), b"k", [("n", str(i).encode())]) for i in range(5)
-    ]
+    records: list[Record] = [(str(i).encode(), b"k", [("n", str(i).encode())]) for i in range(5)]
     records.insert(2, (b"x" * 64, None, None))  # over the bound below
     with StreamProducer(stream, client, max_record_bytes=32) as producer:
         assert producer.send_batch(records) == [2]
