@@ -62,13 +62,13 @@ def test_round_trip_with_lanes_and_acks(control_plane: Any, stream_factory: Any)
             if batch:
                 batches.append([msg.lane for msg in batch])
     assert Counter(lane for lane, _ in seen) == {"realtime": 500, "bulk": 500}
-    # Records of both lanes buffered together are handed out realtime first. (Which
-    # records are buffered together is up to the fetches: a realtime partition whose
-    # fetch answers later is handed out after the bulk records before it.)
+    # Records of both lanes buffered together are handed out realtime first. Which
+    # records are buffered together is up to the fetches (a realtime partition whose
+    # fetch answers later comes after the bulk records before it; the lanes may not
+    # meet in a batch at all): tests/unit/client/test_lane_priority.py pins the order.
     for lanes in batches:
         first_bulk = lanes.index("bulk") if "bulk" in lanes else len(lanes)
         assert set(lanes[first_bulk:]) <= {"bulk"}, lanes
-    assert any(len(set(lanes)) == 2 for lanes in batches), "the lanes never met in a batch"
 
     # A restarted member of the same group has nothing left to do.
     with StreamConsumer(stream, group, client) as again:
