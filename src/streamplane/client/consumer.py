@@ -436,6 +436,7 @@ class StreamConsumer:
                 store.close()
             if self._dlq is not None:
                 self._dlq.close()
+            METRICS.untrack_consumer(self)  # metrics: its counts stay in the totals
 
     # ------------------------------------------------------------------ routing
     def _bootstrap(self, cluster: str) -> str:
@@ -482,10 +483,14 @@ class StreamConsumer:
         if gone:
             self.commit()
             by_cluster: dict[str, list[TopicPartition]] = {}
+            released = []
             for k in gone:
                 by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
-                self._states.pop(k).revoked = True
+                state = self._states.pop(k)
+                state.revoked = True
+                released.append(state)
                 self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
+            METRICS.partitions_released(self, released)  # metrics
             for cluster, tps in by_cluster.items():
                 self._consumer(cluster).incremental_unassign(tps)
             # Records of units we gave up are not handed out any more (the next owner

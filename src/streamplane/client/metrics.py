@@ -24,7 +24,9 @@ Names (all prefixed ``streamplane_client_``; labels in braces):
   the first record of each fetched batch, histogram)
 - ``handled_total{stream,group,outcome}`` with outcome ``acked``, ``nacked``,
   ``rejected``, ``dlq``: read at scrape time from every live ``StreamConsumer``'s own
-  ``stats`` (no extra work per record)
+  ``stats`` (no extra work per record). What a consumer counted stays in both this and
+  ``consumed_total`` after it closes, and what a partition fetched after the consumer
+  gives it up.
 - ``commit_metadata_bytes{stream,bootstrap}`` (histogram of commit metadata sizes, one
   observation per partition commit) and ``commits_total{stream,bootstrap}``
 
@@ -162,6 +164,10 @@ class ClientMetrics:
         self.produce_latency = _Histograms(LATENCY_BUCKETS_S)
         self.fetch_latency = _Histograms(LATENCY_BUCKETS_S)
         self.consumers: weakref.WeakSet[Any] = weakref.WeakSet()
+        # What consumers that closed, and partitions that were given up, had counted:
+        # the counters read from live consumers never go down when one goes away.
+        self.consumed_before: defaultdict[tuple[str, str, str, int], int] = defaultdict(int)
+        self.handled_before: defaultdict[tuple[str, str, str], int] = defaultdict(int)
 
     def delivery_failed(self, stream: str, topic: str | None) -> None:
         """One failed delivery (served by the producer's poll); the lane comes from the
@@ -186,18 +192,31 @@ class ClientMetrics:
             self.fetch_latency[(stream, cluster)].observe(max(0.0, time.time() - ts / 1000.0))
 
     def consumed_counts(self) -> dict[tuple[str, str, str, int], int]:
-        """(stream, cluster, topic, partition) -> records fetched, over live consumers."""
-        out: dict[tuple[str, str, str, int], int] = {}
+        """(stream, cluster, topic, partition) -> records fetched, over live consumers
+        and what closed consumers and given-up partitions had fetched."""
+        out = dict(self.consumed_before)
         for c in list(self.consumers):
-            for state in list(getattr(c, "_states", {}).values()):
-                k = state.key
-                key = (str(getattr(c, "stream", "")), k.cluster, k.topic, k.partition)
-                out[key] = out.get(key, 0) + state.fetched
+            for key, n in _consumed_by(c, list(getattr(c, "_states", {}).values())):
+                out[key] = out.get(key, 0) + n
         return out
 
     def track_consumer(self, consumer: Any) -> None:
         """Export ``consumer.stats`` (acked, nacked, rejected, dlq) while it lives."""
         self.consumers.add(consumer)
+
+    def partitions_released(self, consumer: Any, states: Iterable[Any]) -> None:
+        """``consumer`` gave up these partition states: keep what they fetched."""
+        for key, n in _consumed_by(consumer, states):
+            self.consumed_before[key] += n
+
+    def untrack_consumer(self, consumer: Any) -> None:
+        """``consumer`` closed: keep its counts, stop reading it (once)."""
+        if consumer not in self.consumers:
+            return
+        self.consumers.discard(consumer)
+        self.partitions_released(consumer, list(getattr(consumer, "_states", {}).values()))
+        for key, n in _handled_by(consumer):
+            self.handled_before[key] += n
 
     def committed(self, stream: str, bootstrap: str, encoded: Iterable[Any]) -> None:
         """A commit round to one cluster: each partition's encoded metadata (``.size``)."""
@@ -209,18 +228,33 @@ class ClientMetrics:
         self.commits[(stream, bootstrap)] += n
 
     def handled(self) -> dict[tuple[str, str, str], int]:
-        """(stream, group, outcome) -> count, summed over the live consumers."""
-        out: dict[tuple[str, str, str], int] = {}
+        """(stream, group, outcome) -> count, summed over the live consumers and what
+        closed consumers had counted."""
+        out = dict(self.handled_before)
         for c in list(self.consumers):
-            stats = getattr(c, "stats", {})
-            for outcome in ("acked", "nacked", "rejected", "dlq"):
-                key = (str(getattr(c, "stream", "")), str(getattr(c, "group", "")), outcome)
-                out[key] = out.get(key, 0) + int(stats.get(outcome, 0))
+            for key, n in _handled_by(c):
+                out[key] = out.get(key, 0) + n
         return out
 
     def reset(self) -> None:
         """Forget everything (tests)."""
         self.__init__()  # type: ignore[misc]
+
+
+def _consumed_by(
+    consumer: Any, states: Iterable[Any]
+) -> Iterator[tuple[tuple[str, str, str, int], int]]:
+    stream = str(getattr(consumer, "stream", ""))
+    for state in states:
+        k = state.key
+        yield (stream, k.cluster, k.topic, k.partition), state.fetched
+
+
+def _handled_by(consumer: Any) -> Iterator[tuple[tuple[str, str, str], int]]:
+    stats = getattr(consumer, "stats", {})
+    stream, group = str(getattr(consumer, "stream", "")), str(getattr(consumer, "group", ""))
+    for outcome in ("acked", "nacked", "rejected", "dlq"):
+        yield (stream, group, outcome), int(stats.get(outcome, 0))
 
 
 METRICS = ClientMetrics()
