@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -304,16 +304,19 @@ class StreamProducer:
             producer.poll(0)
             self._report_deliveries()
 
-    def send_batch(self, records: Sequence[Record], lane: str | None = None) -> list[int]:
+    def send_batch(self, records: Iterable[Record], lane: str | None = None) -> list[int]:
         """Queue ``records`` ((value, key, headers) each, bytes) for one lane in order,
         with one routing lookup for them all. Returns the positions of the records over
         the stream's bound, which are not queued (every other record is). Unlike
         ``send``, it serves no delivery reports itself: failures are collected at the
-        caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``)."""
+        caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``). ``records`` may
+        be a generator: each record is queued (copied by librdkafka) before the next is
+        asked for."""
         route = self._route_for(lane)
         producer, topic, bound = route.producer, route.topic, self._max_record_bytes
         produce = producer.produce
         too_large: list[int] = []
+        i = -1
         for i, (value, key, headers) in enumerate(records):
             if bound is not None and len(value or b"") + len(key or b"") > bound:
                 too_large.append(i)
@@ -324,7 +327,7 @@ class StreamProducer:
                     break
                 except BufferError:
                     producer.poll(0.05)  # local queue full: back-pressure, not failure
-        queued = len(records) - len(too_large)
+        queued = i + 1 - len(too_large)
         route.counts.sent += queued
         self._sent_since_poll += queued
         return too_large

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamplane.client.consumer import StreamConsumer
+from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.producer import Record
 from streamplane.client.provenance import read_provenance
 from tests.unit.client.harness import Clock, DlqBroker, consumer_of, poll
 
@@ -206,3 +207,25 @@ def test_a_dead_letter_over_the_record_bound_is_not_written_and_its_record_stays
     assert state.progress(0).low_watermark == 10
     again = poll(c, clock, 1.1)  # handed out again a second later, like a failed write
     assert [m.offset for m in again] == [10]
+
+
+def test_a_batch_builds_each_dead_letter_once_the_one_before_is_queued(clock: Clock) -> None:
+    """A dead letter (its headers: ~6 tracked objects) is built as it is written, so a
+    batch of hundreds never holds them all at once (that set off collections that
+    moved them into the collector's older generations)."""
+    broker = DlqBroker()
+    c, _state = consumer_of(3, broker)
+    assert c._dlq is not None
+    build = c._dlq.write_of
+    queued_before_each: list[int] = []
+
+    def counting_build(msg: StreamMessage, reason: str, attempts: int) -> Record:
+        queued_before_each.append(len(broker.written))
+        return build(msg, reason, attempts)
+
+    c._dlq.write_of = counting_build
+    for m in poll(c, clock, 0):
+        m.reject("bad")
+    poll(c, clock, 0)  # housekeeping: the batch goes out
+    assert [v for v, _ in broker.written] == [b"0", b"1", b"2"]
+    assert queued_before_each == [0, 1, 2]
