@@ -17,18 +17,24 @@ A clean run and poisoned runs of one stream under variants of the poisoned path:
 
 ``sequential`` (the default, the yardstick of ``client_throughput.py``): each round
 runs the clean consumer and every variant one after another, in a rotated order, each
-reading the whole stream in a new group; it prints each variant's median good-record
-rate and consuming-thread CPU per good record, and what that CPU comes to per pill
-against the clean run. ``interleaved``: each variant runs ``client_throughput``'s
-interleaved comparison (a clean and a poisoned consumer in turns) and prints the
-median ratios. Rotating matters: without it, the variant that ran first in every
-round measured ~2-3% lower than it did rotated.
+reading the whole stream in a new group. It prints each variant's median good-record
+rate; its consuming-thread CPU per good record, and what that comes to per pill
+against the clean run, with the garbage collector's share of it (wall time in
+collections during the run, any thread); and the consuming thread's busy share (its
+CPU over the run's wall time: below ~90%, it was descheduled or waiting, e.g. on a
+lock inside the Kafka client, and the wall-clock rate is lower than its CPU alone
+explains). ``interleaved``: each variant runs ``client_throughput``'s interleaved
+comparison (a clean and a poisoned consumer in turns) and prints the median ratios.
+Rotating matters: without it, the variant that ran first in every round measured
+~2-3% lower than it did rotated.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -107,26 +113,51 @@ def rotated_rounds(names: list[str], runs: int, measure: Callable[[str], T]) -> 
     return results
 
 
+@contextmanager
+def collections_timed() -> Iterator[list[float]]:
+    """Seconds spent in garbage collections while inside (one element, filled at exit)."""
+    spent = [0.0]
+    started = [0.0]
+
+    def on_collection(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - started[0]
+
+    gc.callbacks.append(on_collection)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(on_collection)
+
+
 def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
-    def measure(name: str) -> tuple[float, float]:
-        """(good records per second, consuming-thread CPU per good record)"""
+    def measure(name: str) -> tuple[float, float, float, float]:
+        """(good records per second, consuming-thread CPU per good record, us of garbage
+        collection per good record, the consuming thread's busy share)"""
         poison_every = 0 if name == CLEAN else bench.POISON_EVERY
-        with nullcontext() if name == CLEAN else VARIANTS[name]():
+        with nullcontext() if name == CLEAN else VARIANTS[name](), collections_timed() as gc_s:
             rate = bench.stream_consume(stack, stream, n, poison_every, parse)
-        return rate, bench.CPU_PER_GOOD_US.pop(poison_every)[-1][0]
+        cpu, _broker, busy = bench.CPU_PER_GOOD_US.pop(poison_every)[-1]
+        good = n - (n // poison_every if poison_every else 0)
+        return rate, cpu, gc_s[0] / good * 1e6, busy
 
     names = [CLEAN, *VARIANTS]
     results = rotated_rounds(names, runs, measure)
-    clean_cpu = statistics.median(cpu for _, cpu in results[CLEAN])
-    clean_rate = statistics.median(rate for rate, _ in results[CLEAN])
+
+    def median(name: str, field: int) -> float:
+        return statistics.median(r[field] for r in results[name])
+
+    clean_rate, clean_cpu, clean_gc = (median(CLEAN, f) for f in range(3))
     per_pill = bench.POISON_EVERY - 1  # good records per pill
     print(f"1% poison, {n:,} records, {runs} sequential runs each (medians):")
     for name in names:
-        rate = statistics.median(r for r, _ in results[name])
-        cpu = statistics.median(c for _, c in results[name])
+        rate, cpu, gc_us, busy = (median(name, f) for f in range(4))
         print(
             f"  {name:25s} {rate:9,.0f} good rec/s (x{rate / clean_rate:.2f}), consuming-thread "
-            f"CPU {cpu:.3f} us per good record (+{(cpu - clean_cpu) * per_pill:.1f} us per pill)"
+            f"CPU {cpu:.3f} us per good record (+{(cpu - clean_cpu) * per_pill:.1f} us per pill, "
+            f"of which GC +{(gc_us - clean_gc) * per_pill:.1f}), busy {busy:.0%}"
         )
 
 
