@@ -186,6 +186,12 @@ def handle_record(
     return True
 
 
+def good_records(n: int, poison_every: int) -> int:
+    """How many of a stream's ``n`` records are good when every ``poison_every``-th is a
+    pill (0: none is)."""
+    return n - (n // poison_every if poison_every else 0)
+
+
 def stream_consume(
     stack: Stack,
     stream: str,
@@ -194,7 +200,7 @@ def stream_consume(
     parse: Callable[[bytes | None], int] | None = None,
 ) -> float:
     """Good records handled per second from the first record on (poison ones raise)."""
-    good_target = n - (n // poison_every if poison_every else 0)
+    good_target = good_records(n, poison_every)
     good = 0
     first: float | None = None
     cpu_at_first = broker_at_first = 0.0
@@ -246,7 +252,7 @@ def interleaved_poison(
     sides = []
     for poison_every in (0, POISON_EVERY):
         consumer = bench_consumer(stack, stream, "il").open()
-        target = n - (n // poison_every if poison_every else 0)
+        target = good_records(n, poison_every)
         sides.append(_Side(consumer, poison_every, target))
     for side in sides:  # start-up (routing, assignment, first fetch) is not timed
         while not side.in_hand:

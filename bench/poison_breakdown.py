@@ -20,13 +20,13 @@ runs the clean consumer and every variant one after another, in a rotated order,
 reading the whole stream in a new group. It prints each variant's median good-record
 rate; its consuming-thread CPU per good record, and what that comes to per pill
 against the clean run, with the garbage collector's share of it (wall time in
-collections during the run, any thread); and the consuming thread's busy share (its
-CPU over the run's wall time: below ~90%, it was descheduled or waiting, e.g. on a
-lock inside the Kafka client, and the wall-clock rate is lower than its CPU alone
-explains). ``interleaved``: each variant runs ``client_throughput``'s interleaved
-comparison (a clean and a poisoned consumer in turns) and prints the median ratios.
-Rotating matters: without it, the variant that ran first in every round measured
-~2-3% lower than it did rotated.
+collections, any thread, from the consumer's open to its close); and the consuming
+thread's busy share (its CPU over the run's wall time: below ~90%, it was
+descheduled or waiting, e.g. on a lock inside the Kafka client, and the wall-clock
+rate is lower than its CPU alone explains). ``interleaved``: each variant runs
+``client_throughput``'s interleaved comparison (a clean and a poisoned consumer in
+turns) and prints the median ratios. Rotating matters: without it, the variant that
+ran first in every round measured ~2-3% lower than it did rotated.
 """
 
 from __future__ import annotations
@@ -140,8 +140,7 @@ def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> No
         with nullcontext() if name == CLEAN else VARIANTS[name](), collections_timed() as gc_s:
             rate = bench.stream_consume(stack, stream, n, poison_every, parse)
         cpu, _broker, busy = bench.CPU_PER_GOOD_US.pop(poison_every)[-1]
-        good = n - (n // poison_every if poison_every else 0)
-        return rate, cpu, gc_s[0] / good * 1e6, busy
+        return rate, cpu, gc_s[0] / bench.good_records(n, poison_every) * 1e6, busy
 
     names = [CLEAN, *VARIANTS]
     results = rotated_rounds(names, runs, measure)
@@ -157,7 +156,7 @@ def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> No
         print(
             f"  {name:25s} {rate:9,.0f} good rec/s (x{rate / clean_rate:.2f}), consuming-thread "
             f"CPU {cpu:.3f} us per good record (+{(cpu - clean_cpu) * per_pill:.1f} us per pill, "
-            f"of which GC +{(gc_us - clean_gc) * per_pill:.1f}), busy {busy:.0%}"
+            f"of which GC {(gc_us - clean_gc) * per_pill:+.1f}), busy {busy:.0%}"
         )
 
 
