@@ -73,7 +73,12 @@ _HOUSEKEEPING_INTERVAL_S = 0.05
 # collection at all, where fetches of 1,000 set off one every ~550 records and a full
 # one every ~85,000 (~15 ms each). Measured, trivial handler, 1M records, medians of
 # 5 runs: 1.10 -> 0.90 us of consuming-thread CPU per record; JSON handler: 2.87 ->
-# 2.72 us (bench/client_throughput.py, docs/client.md).
+# 2.72 us (bench/client_throughput.py, docs/client.md). ``poll_batch`` hands a fetch
+# out whole and fetches again only when the buffer is nearly empty, so one fetch's
+# messages and StreamMessages (~500 objects) are alive at a time: when retries shifted
+# its batches off fetch boundaries, part of a fetch waited in the buffer while the next
+# one came in, and with 1% poison pills young collections went from ~60 to ~300 per
+# 500,000 records, with a full one every ~250,000 (~15-18 ms each).
 _FETCH_BATCH = 250
 
 # Dead letters are not latency-critical (the record settles when its dlq write is
@@ -548,9 +553,17 @@ class StreamConsumer:
         """
         if not self._opened:
             self.open()
-        # Fast path: hand out buffered records; housekeeping every so many records.
+        # Fast path: hand out what is buffered, or else what the client has fetched
+        # already; housekeeping once at least _HOUSEKEEPING_EVERY records went out (a
+        # fetch is smaller than that: waiting for an empty buffer instead ran it every
+        # fetch) or its interval is over. A fetch is handed out whole (up to
+        # ``max_records``), so no part of it waits in the buffer while the next one is
+        # fetched: see ``_FETCH_BATCH``.
         if self._until_housekeeping > 0 and time.monotonic() < self._housekeeping_due:
-            out = self._take(min(max_records, self._until_housekeeping))
+            out = self._take(max_records)
+            if not out:
+                self._fetch(0)
+                out = self._take(max_records)
             if out:
                 self._until_housekeeping -= len(out)
                 return out
@@ -559,13 +572,12 @@ class StreamConsumer:
             self._housekeeping()
             self._until_housekeeping = _HOUSEKEEPING_EVERY
             self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S
-            room = min(max_records, _HOUSEKEEPING_EVERY)
-            if sum(buf.size for buf in self._buffers) < room:
+            if sum(buf.size for buf in self._buffers) < min(max_records, self.fetch_batch):
                 # Top up from what the client has already fetched, without waiting: the
                 # retries housekeeping just released then join a full batch rather than
                 # making a small one of their own.
                 self._fetch(0)
-            out = self._take(room)
+            out = self._take(max_records)
             if out:
                 self._until_housekeeping -= len(out)
                 return out
