@@ -30,7 +30,6 @@
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 import time
 from collections import deque
@@ -86,8 +85,6 @@ _FETCH_BATCH = 250
 # 1% poison at ~500,000 records/s: broker CPU per dead letter fell from ~90 us (one
 # small acks=all produce request per partition every 5 ms) to a few us.
 _DLQ_BATCH_INTERVAL_S = 0.1
-
-_offset_of = operator.attrgetter("offset")
 
 
 class StreamMessage:
@@ -753,29 +750,46 @@ class StreamConsumer:
         batch = nacks[:n]
         del nacks[:n]  # one step each under the GIL: a nack appended meanwhile is kept
         self.stats["nacked"] += n
+        # (``get`` then a new list only when missing: ``setdefault(k, [])`` would build
+        # a list, and a tuple key an object, for every record.)
         by_partition: dict[PartitionState, list[StreamMessage]] = {}
         for msg in batch:
-            by_partition.setdefault(msg._run.state, []).append(msg)
+            state = msg._run.state
+            group = by_partition.get(state)
+            if group is None:
+                by_partition[state] = [msg]
+            else:
+                group.append(msg)
         max_attempts = self.max_attempts
-        retries: dict[tuple[int, int], list[StreamMessage]] = {}  # (attempts, priority)
+        # Retries by lane priority, then attempts so far: each list is one batch.
+        retries: dict[int, dict[int, list[StreamMessage]]] = {}
         exhausted: list[Letter[StreamMessage]] = []  # (record, reason, attempts)
         reason = f"max attempts ({max_attempts}) reached"
         for state, messages in by_partition.items():
-            counts = state.nack(list(map(_offset_of, messages)))
-            revoked, priority = state.revoked, state.priority
+            counts = state.nack([msg.offset for msg in messages])
+            by_attempts = retries.get(state.priority)
+            if by_attempts is None:
+                by_attempts = retries[state.priority] = {}
+            revoked = state.revoked
             for msg, attempts in zip(messages, counts, strict=True):
                 if attempts >= max_attempts:
                     error = msg.last_error
                     exhausted.append((msg, f"{reason}: {error}" if error else reason, attempts))
                 elif not revoked:  # else the unit moved to another member
-                    retries.setdefault((attempts, priority), []).append(msg)
+                    group = by_attempts.get(attempts)
+                    if group is None:
+                        by_attempts[attempts] = [msg]
+                    else:
+                        group.append(msg)
         if exhausted:
             self._dead_letters(exhausted)
         if retries:
             now = time.monotonic()
             delays = self._retry_delays
-            for (attempts, _), messages in retries.items():
-                self._retries.add(messages, delays[attempts], now)
+            add = self._retries.add
+            for by_attempts in retries.values():
+                for attempts, messages in by_attempts.items():
+                    add(messages, delays[attempts], now)
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
