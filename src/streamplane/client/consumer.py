@@ -173,7 +173,7 @@ class StreamMessage:
         self._done = True
         if error is not None:
             self._error = str(error)
-        self._run.consumer._nacks.append(self)
+        self._run.state.nacks.append(self)  # counted and scheduled at housekeeping
 
     def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected)."""
@@ -347,14 +347,12 @@ class StreamConsumer:
         self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
         self._retries: RetrySchedule[StreamMessage] = RetrySchedule()
-        # Nacked records not scheduled yet: ``nack`` appends (one step under the GIL, no
-        # lock), ``_apply_acks`` drains by slice and del like a partition's acks.
-        self._nacks: list[StreamMessage] = []
         # The backoff before attempt n + 1, by n (the attempts so far).
         self._retry_delays = [
             min(max_retry_backoff, retry_backoff * 2 ** max(0, n - 1))
             for n in range(max_attempts + 1)
         ]
+        self._exhausted_reason = f"max attempts ({max_attempts}) reached"
         self._pending_routing: RoutingTable | None = None
         self._dlq: DlqWriter[StreamMessage] | None = None
         self._last_commit = time.monotonic()
@@ -727,60 +725,20 @@ class StreamConsumer:
 
     # ------------------------------------------------------------------ settling
     def _apply_acks(self) -> None:
-        """Fold queued acks into each partition's settled set, schedule queued nacks
-        and settle acked dead letters (hold the lock)."""
-        if self._nacks:
-            self._apply_nacks()
-        if self._dlq is not None and self._dlq.pending:
-            self._settle_dead_letters()
+        """Count and schedule each partition's queued nacks, fold its queued acks into
+        its settled set, then settle acked dead letters (hold the lock). A partition's
+        nacks go first: the offsets they park then fold in with its acks, as one run."""
+        # Retries by lane priority, then attempts so far: each list is one batch.
+        retries: dict[int, dict[int, list[StreamMessage]]] = {}
+        exhausted: list[Letter[StreamMessage]] = []  # (record, reason, attempts)
         acked = 0
         for state in self._states.values():
+            if state.nacks:
+                self._apply_nacks(state, retries, exhausted)
             state.apply_acks()
             acked += state.acked - state.acked_at_report
             state.acked_at_report = state.acked
         self.stats["acked"] += acked
-
-    def _apply_nacks(self) -> None:
-        """Count an attempt for each nacked record, then schedule its retry or, after
-        ``max_attempts``, dead-letter it (hold the lock). Attempts are counted a
-        partition at a time; records due again together (same attempt, same lane) are
-        scheduled as one batch."""
-        nacks = self._nacks
-        n = len(nacks)
-        batch = nacks[:n]
-        del nacks[:n]  # one step each under the GIL: a nack appended meanwhile is kept
-        self.stats["nacked"] += n
-        # (``get`` then a new list only when missing: ``setdefault(k, [])`` would build
-        # a list, and a tuple key an object, for every record.)
-        by_partition: dict[PartitionState, list[StreamMessage]] = {}
-        for msg in batch:
-            state = msg._run.state
-            group = by_partition.get(state)
-            if group is None:
-                by_partition[state] = [msg]
-            else:
-                group.append(msg)
-        max_attempts = self.max_attempts
-        # Retries by lane priority, then attempts so far: each list is one batch.
-        retries: dict[int, dict[int, list[StreamMessage]]] = {}
-        exhausted: list[Letter[StreamMessage]] = []  # (record, reason, attempts)
-        reason = f"max attempts ({max_attempts}) reached"
-        for state, messages in by_partition.items():
-            counts = state.nack([msg.offset for msg in messages])
-            by_attempts = retries.get(state.priority)
-            if by_attempts is None:
-                by_attempts = retries[state.priority] = {}
-            revoked = state.revoked
-            for msg, attempts in zip(messages, counts, strict=True):
-                if attempts >= max_attempts:
-                    error = msg.last_error
-                    exhausted.append((msg, f"{reason}: {error}" if error else reason, attempts))
-                elif not revoked:  # else the unit moved to another member
-                    group = by_attempts.get(attempts)
-                    if group is None:
-                        by_attempts[attempts] = [msg]
-                    else:
-                        group.append(msg)
         if exhausted:
             self._dead_letters(exhausted)
         if retries:
@@ -788,8 +746,53 @@ class StreamConsumer:
             delays = self._retry_delays
             add = self._retries.add
             for by_attempts in retries.values():
-                for attempts, messages in by_attempts.items():
-                    add(messages, delays[attempts], now)
+                for attempts, batch in by_attempts.items():
+                    add(batch, delays[attempts], now)
+        if self._dlq is not None and self._dlq.pending:
+            self._settle_dead_letters()
+
+    def _apply_nacks(
+        self,
+        state: PartitionState,
+        retries: dict[int, dict[int, list[StreamMessage]]],
+        exhausted: list[Letter[StreamMessage]],
+    ) -> None:
+        """Count an attempt for each record nacked in ``state`` (in one step), then add
+        it to ``retries`` (by lane priority, then attempts: records due again together
+        are scheduled as one batch) or, after ``max_attempts``, to ``exhausted``. The
+        nacks are drained by slice and del like the acks (``nack`` takes no lock). A
+        record to retry gets its run's ``redelivered`` twin here, so releasing it only
+        makes it settleable again."""
+        queue = state.nacks
+        n = len(queue)
+        messages: list[StreamMessage] = queue[:n]
+        del queue[:n]  # one step each under the GIL: a nack appended meanwhile is kept
+        self.stats["nacked"] += n
+        counts = state.nack([msg.offset for msg in messages])
+        max_attempts = self.max_attempts
+        by_attempts = retries.get(state.priority)
+        if by_attempts is None:
+            by_attempts = retries[state.priority] = {}
+        retry_acks = state.retry_acks
+        revoked = state.revoked  # its records are not retried: the unit moved on
+        # (``get`` then a new list only when missing: ``setdefault(k, [])`` would build
+        # a list for every record.)
+        for msg, attempts in zip(messages, counts, strict=True):
+            if attempts >= max_attempts:
+                error = msg.last_error
+                reason = self._exhausted_reason
+                exhausted.append((msg, f"{reason}: {error}" if error else reason, attempts))
+                continue
+            if revoked:
+                continue
+            run = msg._run
+            if run.acks is not retry_acks:  # a first delivery: not its twin yet
+                msg._run = run.redelivered()
+            group = by_attempts.get(attempts)
+            if group is None:
+                by_attempts[attempts] = [msg]
+            else:
+                group.append(msg)
 
     def _reject(self, msg: StreamMessage, reason: str, dlq: bool) -> None:
         with self._lock:
@@ -842,7 +845,10 @@ class StreamConsumer:
             self.stats["rejected"] += len(written)
             self.stats["dlq"] += len(written)
         for msg in failed:
-            if not msg._run.state.revoked:
+            state = msg._run.state
+            if not state.revoked:
+                if msg.offset in state.parked:  # nacked before: its retry is acked as one
+                    msg._run = msg._run.redelivered()
                 self._retries.add([msg], 1.0, now)
 
     def _release_due_retries(self) -> None:
@@ -851,9 +857,8 @@ class StreamConsumer:
         with self._lock:
             buffers = self._buffers
             for batch in self._retries.pop_due(time.monotonic()):
-                for again in batch:
+                for again in batch:  # each has its run's twin already (``_apply_nacks``)
                     again._done = False
-                    again._run = again._run.redelivered()
                 buffers[batch[0]._run.state.priority].add_retries(batch)
 
     def _flush_dlq(self, timeout: float) -> None:

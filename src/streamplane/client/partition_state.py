@@ -32,6 +32,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Any
 
 from streamplane.client.ingestion_times import IngestionTimes
 from streamplane.core.commitlog import PartitionProgress
@@ -61,6 +62,7 @@ class PartitionState:
         "in_flight",
         "key",
         "lane",
+        "nacks",
         "next_fetch",
         "parked",
         "parking",
@@ -90,6 +92,10 @@ class PartitionState:
         # Acked redelivered records (they are parked), queued like ``acks``: the first
         # deliveries' acks need no check against the parked set.
         self.retry_acks: list[int] = []
+        # Records nacked and not counted yet (the consumer's messages), queued like
+        # ``acks`` (never replaced): the consumer counts them with ``nack`` a partition
+        # at a time, and schedules their retries.
+        self.nacks: list[Any] = []
         self.acked = 0  # acks applied so far (metrics, read by difference)
         self.acked_at_report = 0
         self.attempts: dict[int, int] = {}  # unsettled offset -> attempts so far

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Message
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import Record
 from streamplane.client.provenance import read_provenance
-from tests.unit.client.harness import Clock, DlqBroker, consumer_of, poll
+from tests.unit.client.harness import KEY, Clock, DlqBroker, consumer_of, poll, stand_in_consumer
 
 
 def test_a_record_out_of_attempts_settles_only_once_its_dead_letter_is_acked(
@@ -229,3 +230,51 @@ def test_a_batch_builds_each_dead_letter_once_the_one_before_is_queued(clock: Cl
     poll(c, clock, 0)  # housekeeping: the batch goes out
     assert [v for v, _ in broker.written] == [b"0", b"1", b"2"]
     assert queued_before_each == [0, 1, 2]
+
+
+def test_a_rejected_record_whose_dlq_write_failed_settles_when_acked_again(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(2, broker)
+    for m in poll(c, clock, 0):
+        m.ack() if m.offset == 0 else m.reject("bad")  # rejected on its first delivery
+    poll(c, clock, 0.2)
+    broker.fail_next = True
+    broker.deliver()  # the dlq write fails
+    poll(c, clock, 0.2)
+
+    again = poll(c, clock, 1.0)
+    assert [m.offset for m in again] == [1]
+    again[0].ack()  # the application takes it this time
+    poll(c, clock, 0.1)
+    assert state.unsettled() == 0
+    assert state.progress(0).low_watermark == 2
+
+
+def test_a_record_out_of_its_only_attempt_whose_dlq_write_failed_settles_when_acked(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c = stand_in_consumer(broker, max_attempts=1)
+    state = c._states[KEY]
+    c._accept(
+        KEY.cluster,
+        [
+            Message(topic=KEY.topic, partition=0, offset=o, value=b"v", timestamp=(1, o))
+            for o in (0, 1)
+        ],
+    )
+    for m in poll(c, clock, 0):
+        m.ack() if m.offset == 0 else m.nack("boom")  # out of attempts at once
+    poll(c, clock, 0.2)
+    broker.fail_next = True
+    broker.deliver()
+    poll(c, clock, 0.2)
+
+    again = poll(c, clock, 1.0)
+    assert [m.offset for m in again] == [1]
+    again[0].ack()
+    poll(c, clock, 0.1)
+    assert state.unsettled() == 0
+    assert state.progress(0).low_watermark == 2
