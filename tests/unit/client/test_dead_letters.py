@@ -232,13 +232,24 @@ def test_a_batch_builds_each_dead_letter_once_the_one_before_is_queued(clock: Cl
     assert queued_before_each == [0, 1, 2]
 
 
-def test_a_rejected_record_whose_dlq_write_failed_settles_when_acked_again(
-    clock: Clock,
+@pytest.mark.parametrize(
+    ("max_attempts", "give_up"),
+    [(2, "reject"), (1, "nack")],
+    ids=["rejected on its first delivery", "nacked out of its only attempt"],
+)
+def test_a_record_whose_dlq_write_failed_settles_when_acked_on_its_next_delivery(
+    clock: Clock, max_attempts: int, give_up: str
 ) -> None:
     broker = DlqBroker()
-    c, state = consumer_of(2, broker)
+    c = stand_in_consumer(broker, max_attempts=max_attempts)
+    state = c._states[KEY]
+    records = [Message(topic=KEY.topic, partition=0, offset=o, value=b"v") for o in (0, 1)]
+    c._accept(KEY.cluster, records)
     for m in poll(c, clock, 0):
-        m.ack() if m.offset == 0 else m.reject("bad")  # rejected on its first delivery
+        if m.offset == 0:
+            m.ack()
+        else:
+            m.reject("bad") if give_up == "reject" else m.nack("boom")
     poll(c, clock, 0.2)
     broker.fail_next = True
     broker.deliver()  # the dlq write fails
@@ -247,34 +258,6 @@ def test_a_rejected_record_whose_dlq_write_failed_settles_when_acked_again(
     again = poll(c, clock, 1.0)
     assert [m.offset for m in again] == [1]
     again[0].ack()  # the application takes it this time
-    poll(c, clock, 0.1)
-    assert state.unsettled() == 0
-    assert state.progress(0).low_watermark == 2
-
-
-def test_a_record_out_of_its_only_attempt_whose_dlq_write_failed_settles_when_acked(
-    clock: Clock,
-) -> None:
-    broker = DlqBroker()
-    c = stand_in_consumer(broker, max_attempts=1)
-    state = c._states[KEY]
-    c._accept(
-        KEY.cluster,
-        [
-            Message(topic=KEY.topic, partition=0, offset=o, value=b"v", timestamp=(1, o))
-            for o in (0, 1)
-        ],
-    )
-    for m in poll(c, clock, 0):
-        m.ack() if m.offset == 0 else m.nack("boom")  # out of attempts at once
-    poll(c, clock, 0.2)
-    broker.fail_next = True
-    broker.deliver()
-    poll(c, clock, 0.2)
-
-    again = poll(c, clock, 1.0)
-    assert [m.offset for m in again] == [1]
-    again[0].ack()
     poll(c, clock, 0.1)
     assert state.unsettled() == 0
     assert state.progress(0).low_watermark == 2
