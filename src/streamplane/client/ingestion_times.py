@@ -85,34 +85,29 @@ class IngestionTimes:
 
     def keep_unsettled(self, settled: RangeSet) -> None:
         """Forget the times of settled offsets (a stuck record with acks flowing past
-        it: memory then follows the records in flight). One slice per settled range
-        and run, no per-record Python work."""
+        it: memory then follows the records in flight). One slice per unsettled stretch
+        of a run; no per-record Python work."""
+        starts, ends = settled.bounds()
+        n = len(starts)
         firsts: list[int] = []
         kept: list[array[int]] = []
         count = 0
-        ranges = list(settled.ranges())
-        j = 0
         for first, times in zip(self._firsts, self._times, strict=True):
             end = first + len(times)
-            while j < len(ranges) and ranges[j][1] <= first:
-                j += 1  # ranges wholly below this run
-            pos = first
-            k = j
-            while pos < end:
-                if k < len(ranges) and ranges[k][0] < end:
-                    start, stop = ranges[k]
-                    if start > pos:
-                        firsts.append(pos)
-                        kept.append(times[pos - first : start - first])
-                        count += start - pos
-                    pos = max(pos, stop)
-                    k += 1
-                else:
+            pos = first  # the first offset of this run not looked at yet
+            k = bisect_right(ends, first)  # the first settled range ending past ``first``
+            while k < n and starts[k] < end:
+                start = starts[k]
+                if start > pos:  # pos up to start is unsettled
                     firsts.append(pos)
-                    kept.append(times[pos - first :])
-                    count += end - pos
-                    break
-            j = max(j, k - 1)  # the last range seen may reach into the next run
+                    kept.append(times[pos - first : start - first])
+                    count += start - pos
+                pos = ends[k]
+                k += 1
+            if pos < end:
+                firsts.append(pos)
+                kept.append(times[pos - first :])
+                count += end - pos
         self._firsts = firsts
         self._times = kept
         self._count = count
