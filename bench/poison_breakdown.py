@@ -1,7 +1,7 @@
 """Where the good-record throughput lost to 1% poison pills goes, on the real stack.
 
     .venv/bin/python bench/poison_breakdown.py [--records 1000000] [--runs 5]
-        [--handler int|json] [--method sequential|interleaved]
+        [--handler int|json] [--method sequential|interleaved|steps]
 
 A clean run and poisoned runs of one stream under variants of the poisoned path:
 
@@ -26,14 +26,22 @@ descheduled or waiting, e.g. on a lock inside the Kafka client, and the wall-clo
 rate is lower than its CPU alone explains). ``interleaved``: each variant runs
 ``client_throughput``'s interleaved comparison (a clean and a poisoned consumer in
 turns) and prints the median ratios. Rotating matters: without it, the variant that
-ran first in every round measured ~2-3% lower than it did rotated.
+ran first in every round measured ~2-3% lower than it did rotated. ``steps``: clean and
+as-shipped runs in turns, the consuming thread's CPU split by the client's step
+(fetching, handing out, folding acks, counting nacks, the dlq writer, commits, each
+without the steps it calls) and the collector's time by generation, per good record
+and per pill; the application's share is what is left outside ``poll_batch`` (the
+handler, ``ack``, ``nack``). The timers add ~1 us per timed call, so the steps called
+per fetch read high; the per-pill differences are the figures to read.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,6 +51,8 @@ from typing import TypeVar
 import client_throughput as bench
 from _stack import Stack, local_stack
 from streamplane.client.consumer import StreamConsumer, StreamMessage
+from streamplane.client.dlq_writer import DlqWriter
+from streamplane.client.partition_state import PartitionState
 from streamplane.client.producer import StreamProducer
 
 Parse = Callable[[bytes | None], int]
@@ -181,12 +191,129 @@ def interleaved(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> N
         )
 
 
+# The steps ``steps`` times: (class, method). Each is timed without the timed steps
+# (and collections) it calls.
+TIMED_STEPS: list[tuple[type, str]] = [
+    (StreamConsumer, "poll_batch"),
+    (StreamConsumer, "_take"),
+    (StreamConsumer, "_fetch"),
+    (StreamConsumer, "_accept"),
+    (StreamConsumer, "_housekeeping"),
+    (StreamConsumer, "_flow_control"),
+    (StreamConsumer, "_apply_acks"),
+    (StreamConsumer, "_apply_nacks"),
+    (StreamConsumer, "_release_due_retries"),
+    (StreamConsumer, "_settle_dead_letters"),
+    (StreamConsumer, "_commit"),
+    (PartitionState, "apply_acks"),
+    (PartitionState, "settle"),
+    (PartitionState, "progress"),
+    (DlqWriter, "_send"),
+    (DlqWriter, "_batch_done"),
+    (StreamProducer, "poll"),
+]
+
+
+class StepTimer:
+    """Consuming-thread CPU by step: each timed method's own time (without the timed
+    methods it calls), and collections by generation (without them in any step)."""
+
+    def __init__(self) -> None:
+        self.own: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self._stack: list[list[float]] = []  # [start, time in timed callees] per frame
+        self._thread = threading.get_ident()
+
+    def _enter(self) -> None:
+        self._stack.append([time.thread_time(), 0.0])
+
+    def _leave(self, name: str) -> None:
+        start, inner = self._stack.pop()
+        spent = time.thread_time() - start
+        self.own[name] += spent - inner
+        if self._stack:
+            self._stack[-1][1] += spent
+
+    def _timed(self, cls: type, method: str) -> Callable[..., object]:
+        shipped = getattr(cls, method)
+        name = f"{cls.__name__}.{method}"
+
+        def timed(*args: object, **kwargs: object) -> object:
+            if threading.get_ident() != self._thread:
+                return shipped(*args, **kwargs)
+            self._enter()
+            try:
+                return shipped(*args, **kwargs)
+            finally:
+                self._leave(name)
+
+        return timed
+
+    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        if phase == "start":
+            self._enter()
+        else:
+            self._leave(f"collector, generation {info['generation']}")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        shipped = [(cls, method, getattr(cls, method)) for cls, method in TIMED_STEPS]
+        for cls, method in TIMED_STEPS:
+            setattr(cls, method, self._timed(cls, method))
+        gc.callbacks.append(self._on_collection)
+        try:
+            yield
+        finally:
+            gc.callbacks.remove(self._on_collection)
+            for cls, method, original in shipped:
+                setattr(cls, method, original)
+
+
+def steps(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:
+    def measure(name: str) -> dict[str, float]:
+        """Consuming-thread CPU (us) per good record, by step."""
+        poison_every = 0 if name == CLEAN else bench.POISON_EVERY
+        timer = StepTimer()
+        with timer.installed():
+            bench.stream_consume(stack, stream, n, poison_every, parse)
+        cpu, _broker, _busy = bench.CPU_PER_GOOD_US.pop(poison_every)[-1]
+        good = bench.good_records(n, poison_every)
+        by_step = {step: s / good * 1e6 for step, s in timer.own.items()}
+        # What is left outside the client's steps: the handler, ack, nack, the loop.
+        by_step["application (handler, ack, nack)"] = cpu - sum(by_step.values())
+        return by_step
+
+    results = rotated_rounds([CLEAN, "as shipped"], runs, measure)
+    per_pill = bench.POISON_EVERY - 1  # good records per pill
+
+    def median(name: str, step: str) -> float:
+        return statistics.median(r.get(step, 0.0) for r in results[name])
+
+    names = sorted({step for r in results["as shipped"] for step in r})
+    rows = [(step, median(CLEAN, step), median("as shipped", step)) for step in names]
+    rows.sort(key=lambda row: row[1] - row[2])
+    print(f"1% poison, {n:,} records, {runs} runs each (medians), consuming-thread CPU:")
+    print(f"  {'step':45s} {'clean':>8s} {'poisoned':>9s}  us per good record; extra per pill")
+    for step, clean, poisoned in rows:
+        extra = (poisoned - clean) * per_pill
+        print(f"  {step:45s} {clean:8.3f} {poisoned:9.3f}  {extra:+6.2f} us")
+    clean_total = sum(row[1] for row in rows)
+    poisoned_total = sum(row[2] for row in rows)
+    print(
+        f"  {'all':45s} {clean_total:8.3f} {poisoned_total:9.3f}  "
+        f"{(poisoned_total - clean_total) * per_pill:+6.2f} us"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--handler", choices=["int", "json"], default="int")
-    ap.add_argument("--method", choices=["sequential", "interleaved"], default="sequential")
+    ap.add_argument(
+        "--method", choices=["sequential", "interleaved", "steps"], default="sequential"
+    )
     args = ap.parse_args()
     value_of, parse = (
         (bench.number_record, bench.number_of)
@@ -199,7 +326,7 @@ def main() -> None:
         with StreamProducer(stream, stack.client) as p:
             for i in range(args.records):
                 p.send(value_of(i), key=str(i).encode())
-        method = sequential if args.method == "sequential" else interleaved
+        method = {"sequential": sequential, "interleaved": interleaved, "steps": steps}[args.method]
         print(f"{args.handler} handler:")
         method(stack, stream, args.records, args.runs, parse)
 
