@@ -2,13 +2,16 @@
 
     .venv/bin/python bench/client_throughput.py [--records 200000] [--runs 3]
         [--poison-records 1000000] [--only produce|consume|poison]
+        [--pills retried|rejected]
 
 - produce: 1 KiB values, StreamProducer vs a raw confluent-kafka Producer with the same
   settings (idempotent, acks=all, zstd), target >= 0.9x;
 - consume: StreamConsumer with per-record acks and the commit log vs a raw at-least-once
   loop (store_offsets per record, commit every second), target >= 0.8x; both from the
   first record on, the StreamConsumer's start-up is printed separately;
-- poison: 1% of records fail in the handler (nacked, retried, then dead-lettered);
+- poison: 1% of records fail in the handler (nacked, retried, then dead-lettered; with
+  ``--pills rejected``, rejected at once to the dlq lane, as ``run(handler,
+  non_retryable=...)`` does for an error no retry can cure);
   good-record throughput vs the clean run, with three handlers: a trivial one (the
   record is a number), a JSON log event to decode, and an indexer's (decode the event,
   enrich it, encode it again), target >= 0.95x. A pill runs its handler once per
@@ -171,15 +174,21 @@ def bench_consumer(
 
 
 def handle_record(
-    m: StreamMessage, parse: Callable[[bytes | None], int] | None, poison_every: int
+    m: StreamMessage,
+    parse: Callable[[bytes | None], int] | None,
+    poison_every: int,
+    reject_pills: bool = False,
 ) -> bool:
     """The benchmark's application: True for a good record (acked), False for a poison
-    pill (nacked). The poison comparison parses every record and tests whether it is a
-    pill in both of its runs (the same handler work); only in the poisoned run
-    (``poison_every`` set) does a pill fail."""
+    pill (nacked, or rejected with ``reject_pills``). The poison comparison parses every
+    record and tests whether it is a pill in both of its runs (the same handler work);
+    only in the poisoned run (``poison_every`` set) does a pill fail."""
     number = parse(m.value) if parse is not None else 1
     if parse is not None and number % POISON_EVERY == 0 and poison_every:
-        m.nack("poison")
+        if reject_pills:
+            m.reject("poison")
+        else:
+            m.nack("poison")
         return False
     handle(m.value)
     m.ack()
@@ -198,6 +207,7 @@ def stream_consume(
     n: int,
     poison_every: int = 0,
     parse: Callable[[bytes | None], int] | None = None,
+    reject_pills: bool = False,
 ) -> float:
     """Good records handled per second from the first record on (poison ones raise)."""
     good_target = good_records(n, poison_every)
@@ -212,7 +222,7 @@ def stream_consume(
                     first = time.perf_counter()
                     cpu_at_first, broker_at_first = time.thread_time(), broker_cpu_s(stack)
                     STARTUP.append(first - started)
-                good += handle_record(m, parse, poison_every)
+                good += handle_record(m, parse, poison_every, reject_pills)
         assert first is not None
         wall_s = time.perf_counter() - first
         cpu_s = time.thread_time() - cpu_at_first
@@ -232,6 +242,7 @@ class _Side:
 
     consumer: StreamConsumer
     poison_every: int
+    reject_pills: bool
     target: int  # good records to handle
     good: int = 0
     wall_s: float = 0.0  # its own turns only
@@ -240,7 +251,12 @@ class _Side:
 
 
 def interleaved_poison(
-    stack: Stack, stream: str, n: int, parse: Callable[[bytes | None], int], slice_records: int
+    stack: Stack,
+    stream: str,
+    n: int,
+    parse: Callable[[bytes | None], int],
+    slice_records: int,
+    reject_pills: bool,
 ) -> tuple[float, float, float, float]:
     """A clean and a poisoned consumer of the same stream (two groups), open together
     and handed the machine in turns of ``slice_records`` good records (which goes first
@@ -253,7 +269,7 @@ def interleaved_poison(
     for poison_every in (0, POISON_EVERY):
         consumer = bench_consumer(stack, stream, "il").open()
         target = good_records(n, poison_every)
-        sides.append(_Side(consumer, poison_every, target))
+        sides.append(_Side(consumer, poison_every, reject_pills, target))
     for side in sides:  # start-up (routing, assignment, first fetch) is not timed
         while not side.in_hand:
             side.in_hand = side.consumer.poll_batch(500, 0.5)
@@ -283,7 +299,7 @@ def take_turn(side: _Side, parse: Callable[[bytes | None], int], stop_at: int) -
         batch = hand or side.consumer.poll_batch(500, 0.5)
         hand = []
         for i, m in enumerate(batch):
-            good += handle_record(m, parse, poison_every)
+            good += handle_record(m, parse, poison_every, side.reject_pills)
             if good >= stop_at:
                 hand = batch[i + 1 :]
                 break
@@ -389,10 +405,12 @@ def compare_consume(stack: Stack, admin: KafkaAdmin, bootstrap: str, n: int, run
     )
 
 
-def compare_poison(stack: Stack, n: int, runs: int) -> None:
-    """1% of records fail every attempt (nacked, retried twice, then dead-lettered),
-    with three handlers: a trivial one (the record is a number; the client's own cost
-    shows), a JSON log event to decode, and an indexer's (decode, enrich, encode)."""
+def compare_poison(stack: Stack, n: int, runs: int, reject_pills: bool) -> None:
+    """1% of records fail every attempt (nacked, retried twice, then dead-lettered; or,
+    with ``reject_pills``, rejected at once), with three handlers: a trivial one (the
+    record is a number; the client's own cost shows), a JSON log event to decode, and
+    an indexer's (decode, enrich, encode)."""
+    pills = "rejected at once" if reject_pills else "retried, then dead-lettered"
     for label, value_of, parse in [
         ("trivial handler (int)", number_record, number_of),
         ("JSON-event handler", log_event, number_in_event),
@@ -408,16 +426,18 @@ def compare_poison(stack: Stack, n: int, runs: int) -> None:
             runs,
             lambda s=stream, f=parse: stream_consume(stack, s, n, parse=f),
             lambda s=stream, f=parse: stream_consume(
-                stack, s, n, poison_every=POISON_EVERY, parse=f
+                stack, s, n, poison_every=POISON_EVERY, parse=f, reject_pills=reject_pills
             ),
         )
         print(
             f"good-record throughput x {n}, {label}: clean {clean:,.0f} rec/s, 1% poison "
-            f"{poisoned:,.0f} rec/s -> ratio {ratio:.2f} (target >= 0.95); {pairs(ratios)}"
+            f"({pills}) {poisoned:,.0f} rec/s -> ratio {ratio:.2f} (target >= 0.95); "
+            f"{pairs(ratios)}"
         )
         print("  " + cpu_summary())
         interleaved = [
-            interleaved_poison(stack, stream, n, parse, TURN_RECORDS) for _ in range(runs)
+            interleaved_poison(stack, stream, n, parse, TURN_RECORDS, reject_pills)
+            for _ in range(runs)
         ]
         il_ratios = [poisoned / clean for clean, poisoned, _, _ in interleaved]
         cpu_ratios = [clean_cpu / poisoned_cpu for _, _, clean_cpu, poisoned_cpu in interleaved]
@@ -436,6 +456,12 @@ def main() -> None:
     ap.add_argument(
         "--only", choices=["produce", "consume", "poison"], help="run one comparison only"
     )
+    ap.add_argument(
+        "--pills",
+        choices=["retried", "rejected"],
+        default="retried",
+        help="poison: pills nacked each attempt (default) or rejected at once",
+    )
     args = ap.parse_args()
     wanted = {args.only} if args.only else {"produce", "consume", "poison"}
     with local_stack() as stack:
@@ -446,7 +472,7 @@ def main() -> None:
         if "consume" in wanted:
             compare_consume(stack, admin, bootstrap, args.records, args.runs)
         if "poison" in wanted:
-            compare_poison(stack, args.poison_records, args.runs)
+            compare_poison(stack, args.poison_records, args.runs, args.pills == "rejected")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ def interleaved(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> N
         """(good-record rate ratio poisoned / clean, CPU ratio clean / poisoned)"""
         with VARIANTS[name]():
             clean, poisoned, clean_cpu, poisoned_cpu = bench.interleaved_poison(
-                stack, stream, n, parse, bench.TURN_RECORDS
+                stack, stream, n, parse, bench.TURN_RECORDS, reject_pills=False
             )
         return poisoned / clean, clean_cpu / poisoned_cpu
 

@@ -802,6 +802,7 @@ class StreamConsumer:
             state = msg._run.state
             attempts = msg.attempts + 1
             if dlq:
+                state.park(msg.offset)  # the acks around it fold as one run meanwhile
                 self._dead_letters([(msg, reason, attempts)])
             else:
                 state.settle([msg.offset], rejected=True)
@@ -921,21 +922,30 @@ class StreamConsumer:
         concurrency: int = 1,
         key_ordered: bool = False,
         stop: threading.Event | None = None,
+        non_retryable: tuple[type[Exception], ...] = (),
     ) -> None:
         """Call ``handler`` for every record until ``stop`` is set; an exception nacks.
 
         With ``concurrency`` > 1, records are handled in a thread pool and acked out of
         order. With ``key_ordered``, records with the same key are handled one at a time
-        in offset order.
+        in offset order. An exception of a ``non_retryable`` type (a record that can
+        never succeed: undecodable, invalid) rejects the record at once, to the dlq
+        lane, instead of retrying it ``max_attempts`` times.
         """
         if concurrency < 1:
             raise ConfigError("concurrency must be at least 1")
+        if not isinstance(non_retryable, tuple) or not all(
+            isinstance(t, type) and issubclass(t, Exception) for t in non_retryable
+        ):
+            raise ConfigError("non_retryable must be a tuple of exception classes")
         stop = stop or threading.Event()
         self.open()
 
         def handle(msg: StreamMessage) -> None:
             try:
                 handler(msg)
+            except non_retryable as exc:
+                msg.reject(f"non-retryable {type(exc).__name__}: {exc}")
             except Exception as exc:
                 msg.nack(exc)
             else:

@@ -12,7 +12,8 @@ the queued offsets with a slice and a ``del`` of that slice (an ack appended bet
 the two lands after it and is kept), then folds them into the settled set through
 ``RangeSet.add_sorted`` (mostly one ``add_range``: acks come in runs).
 Everything that reads the settled state (``unsettled``, ``progress``) applies the
-queue first. A nacked record is *parked*: ``nack`` queues its offset to be folded in
+queue first. A nacked record is *parked* (and so is one rejected to the dlq lane
+until its dead letter is acked: ``park``): ``nack`` queues its offset to be folded in
 with the acks (a retried record does not split the run of acks around it) and
 ``parked`` remembers that it is not settled, so ``settled_now`` (what commits see)
 leaves it out and ``in_flight`` counts it until its retry is acked or ``settle``
@@ -266,6 +267,16 @@ class PartitionState:
             self.parking += fresh
         self.dirty = True
         return counts
+
+    def park(self, offset: int) -> None:
+        """Park ``offset`` until it settles, without counting an attempt: a record
+        rejected on its delivery whose dead letter is on its way (like a nacked one, it
+        does not split the run of acks around it)."""
+        parked = self.parked
+        if offset not in parked:
+            parked.add(offset)
+            self.parking.append(offset)
+            self.dirty = True
 
     def settled_now(self) -> RangeSet:
         """The settled offsets at or above the low watermark, parked ones left out."""

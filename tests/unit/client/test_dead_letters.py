@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import Message
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import Record
 from streamplane.client.provenance import read_provenance
+from streamplane.exceptions import ConfigError
 from tests.unit.client.harness import KEY, Clock, DlqBroker, consumer_of, poll, stand_in_consumer
 
 
@@ -261,3 +264,66 @@ def test_a_record_whose_dlq_write_failed_settles_when_acked_on_its_next_delivery
     poll(c, clock, 0.1)
     assert state.unsettled() == 0
     assert state.progress(0).low_watermark == 2
+
+
+def test_a_record_rejected_at_once_is_parked_until_its_dead_letter_is_acked(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(5, broker)
+    for m in poll(c, clock, 0):
+        m.reject("invalid") if m.offset == 2 else m.ack()
+    poll(c, clock, 0.2)  # housekeeping: acks folded, the dead letter written
+    assert list(state.settled.ranges()) == [(0, 5)]  # the acks fold as one run
+    assert state.parked == {2} and state.unsettled() == 1
+    assert state.progress(0).low_watermark == 2
+    broker.deliver()
+    poll(c, clock, 0.2)
+    assert state.unsettled() == 0 and state.parked == set()
+    assert state.progress(0).low_watermark == 5
+    assert c.stats["dlq"] == 1
+
+
+def test_run_rejects_a_non_retryable_error_at_once_and_retries_the_others(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker(ack_at_poll=True)
+    c, state = consumer_of(4, broker)  # max_attempts=2
+    stop = threading.Event()
+
+    def fetch(timeout: float) -> None:  # nothing more to fetch: time passes
+        clock.sleep(timeout)
+        if clock.now > 1005:
+            stop.set()
+
+    c._fetch = fetch  # type: ignore[method-assign]
+    handled: list[tuple[int, int]] = []
+
+    def handler(m: StreamMessage) -> None:
+        handled.append((m.offset, m.attempts))
+        if m.offset == 1:
+            raise ValueError("not JSON")
+        if m.offset == 2:
+            raise RuntimeError("flaky")
+
+    c.run(handler, stop=stop, non_retryable=(ValueError,))
+    assert handled == [(0, 0), (1, 0), (2, 0), (3, 0), (2, 1)]
+    errors = {
+        int(p["offset"]): (p["attempts"], p["error"])
+        for p in (read_provenance(headers) for _, headers in broker.written)
+    }
+    assert errors == {
+        1: ("1", "non-retryable ValueError: not JSON"),
+        2: ("2", "max attempts (2) reached: flaky"),
+    }
+    assert state.unsettled() == 0
+    assert state.progress(0).low_watermark == 4
+
+
+@pytest.mark.parametrize("bad", [ValueError, (KeyboardInterrupt,), ("ValueError",)])
+def test_run_refuses_non_retryable_that_is_not_a_tuple_of_exception_classes(
+    bad: object,
+) -> None:
+    c = stand_in_consumer(DlqBroker())
+    with pytest.raises(ConfigError, match="non_retryable"):
+        c.run(lambda m: None, non_retryable=bad)  # type: ignore[arg-type]

@@ -270,3 +270,20 @@ def test_a_restored_retry_count_is_forgotten_once_its_record_is_acked() -> None:
     p = s.progress(now_ms=2)
     assert p.low_watermark == 12 and p.retries == {12: 1}
     assert s.attempts == {12: 1}
+
+
+def test_a_record_parked_for_its_dead_letter_does_not_split_the_acks_around_it() -> None:
+    s = PartitionState(KEY, "realtime", 0)
+    fetched(s, range(0, 6))
+    s.park(2)  # rejected on its first delivery: no attempt counted
+    s.park(2)
+    for o in (0, 1, 3, 4, 5):
+        s.ack(o)
+    assert s.apply_acks() == 5
+    assert list(s.settled.ranges()) == [(0, 6)]  # one run
+    assert s.parked == {2} and s.attempts == {}
+    assert s.unsettled() == 1
+    assert s.progress(now_ms=1).low_watermark == 2  # held until its dead letter is in
+    assert s.settle([2], rejected=True) == 1
+    assert s.unsettled() == 0 and s.parked == set()
+    assert s.progress(now_ms=2).low_watermark == 6
