@@ -132,6 +132,66 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     assert {"topic", "partition", "offset", "first-seen-ms"} <= set(prov)
 
 
+def test_non_retryable_errors_go_to_the_dlq_at_once_and_the_rest_are_retried(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    total = 2000
+    with StreamProducer(stream, client) as producer:
+        for i in range(total):
+            producer.send(str(i).encode(), key=str(i).encode())
+        producer.flush()
+
+    handled: list[int] = []  # list.append: safe from the handler threads
+
+    def handler(msg: StreamMessage) -> None:
+        n = int(msg.value or b"-1")
+        handled.append(n)
+        if n % 10 == 0:
+            raise ValueError(f"undecodable {n}")  # no retry can cure it
+        if n % 10 == 5 and msg.attempts == 0:
+            raise RuntimeError("flaky")  # the retry succeeds
+
+    stop = threading.Event()
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = StreamConsumer(stream, group, client, max_attempts=3, retry_backoff=0.02)
+    worker = threading.Thread(
+        target=consumer.run,
+        args=(handler,),
+        kwargs={"stop": stop, "concurrency": 2, "non_retryable": (ValueError,)},
+    )
+    worker.start()
+    pills = total // 10
+    deadline = time.monotonic() + 120
+    while (
+        consumer.stats["acked"] < total - pills or consumer.stats["dlq"] < pills
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    worker.join(30)
+    consumer.close()
+    deliveries = Counter(handled)
+    assert {n for n in deliveries if n % 10 == 0} == set(range(0, total, 10))
+    assert all(deliveries[n] == 1 for n in range(0, total, 10))  # never retried
+    assert all(deliveries[n] == 2 for n in range(5, total, 10))  # retried once
+    assert consumer.stats["dlq"] == pills and consumer.stats["acked"] == total - pills
+
+    dead: dict[int, dict[str, str]] = {}
+    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
+
+        def read(msg: StreamMessage) -> None:
+            dead[int(msg.value or b"-1")] = read_provenance(msg.headers)
+            msg.ack()
+
+        consume_until(reader, lambda: len(dead) >= pills, read)
+    assert set(dead) == set(range(0, total, 10))
+    assert dead[30]["attempts"] == "1"
+    assert dead[30]["error"] == "non-retryable ValueError: undecodable 30"
+    with StreamConsumer(stream, group, client) as again:  # everything settled
+        assert again.poll(2.0) is None
+
+
 def test_nacks_queued_just_before_close_are_dead_lettered(
     control_plane: Any, stream_factory: Any
 ) -> None:
