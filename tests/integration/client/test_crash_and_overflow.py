@@ -21,7 +21,7 @@ from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.fleet import ClusterInfo
 
 from .conftest import TINY_METADATA_BYTES
-from .test_stream_client import consume_until
+from .records import consume_until, produce_numbers
 
 HERE = Path(__file__).parent
 
@@ -42,10 +42,7 @@ def test_kill_9_then_restart_loses_nothing_and_skips_settled(
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=3)
     total = 30_000
-    with StreamProducer(stream, client) as producer:
-        for i in range(total):
-            producer.send(str(i).encode(), key=str(i).encode())
-        producer.flush()
+    produce_numbers(client, stream, total)
 
     group = f"g-{uuid.uuid4().hex[:6]}"
     out = tmp_path / "first.txt"

@@ -6,7 +6,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import Record, StreamProducer
-from streamplane.client.provenance import read_provenance
 from streamplane.exceptions import (
     ConfigError,
     ControlPlaneUnavailable,
@@ -23,19 +21,7 @@ from streamplane.exceptions import (
     RecordTooLarge,
 )
 
-
-def consume_until(
-    consumer: StreamConsumer,
-    done: Callable[[], bool],
-    handle: Callable[[StreamMessage], None],
-    timeout_s: float = 120.0,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done() and time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is not None:
-            handle(msg)
-    assert done(), "timed out"
+from .records import consume_until, produce_numbers, read_dead_letters
 
 
 def test_round_trip_with_lanes_and_acks(control_plane: Any, stream_factory: Any) -> None:
@@ -79,10 +65,7 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=4)
     total, poison_every = 100_000, 100  # the acceptance figure: 100,000 with 1% poison
-    with StreamProducer(stream, client) as producer:
-        for i in range(total):
-            producer.send(str(i).encode(), key=str(i % 97).encode())
-        producer.flush()
+    produce_numbers(client, stream, total, key_of=lambda i: i % 97)
 
     good: set[int] = set()
     deliveries: dict[int, list[tuple[int, str | None]]] = {}  # pill -> (attempts, last_error)
@@ -116,14 +99,7 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     # A redelivery carries the attempts before it and the error of the one before.
     assert deliveries[0] == [(0, None), (1, "poison 0"), (2, "poison 0")]
 
-    dlq_seen: dict[int, dict[str, str]] = {}
-    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
-
-        def read(msg: StreamMessage) -> None:
-            dlq_seen[int(msg.value or b"-1")] = read_provenance(msg.headers)
-            msg.ack()
-
-        consume_until(reader, lambda: len(dlq_seen) >= poison, read)
+    dlq_seen = read_dead_letters(client, stream, poison)
     assert set(dlq_seen) == set(range(0, total, poison_every))
     prov = dlq_seen[0]
     assert prov["stream"] == stream and prov["lane"] == "realtime" and prov["cluster"] == "local-a"
@@ -138,10 +114,7 @@ def test_non_retryable_errors_go_to_the_dlq_at_once_and_the_rest_are_retried(
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=2)
     total = 2000
-    with StreamProducer(stream, client) as producer:
-        for i in range(total):
-            producer.send(str(i).encode(), key=str(i).encode())
-        producer.flush()
+    produce_numbers(client, stream, total)
 
     handled: list[int] = []  # list.append: safe from the handler threads
 
@@ -177,14 +150,7 @@ def test_non_retryable_errors_go_to_the_dlq_at_once_and_the_rest_are_retried(
     assert all(deliveries[n] == 2 for n in range(5, total, 10))  # retried once
     assert consumer.stats["dlq"] == pills and consumer.stats["acked"] == total - pills
 
-    dead: dict[int, dict[str, str]] = {}
-    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
-
-        def read(msg: StreamMessage) -> None:
-            dead[int(msg.value or b"-1")] = read_provenance(msg.headers)
-            msg.ack()
-
-        consume_until(reader, lambda: len(dead) >= pills, read)
+    dead = read_dead_letters(client, stream, pills)
     assert set(dead) == set(range(0, total, 10))
     assert dead[30]["attempts"] == "1"
     assert dead[30]["error"] == "non-retryable ValueError: undecodable 30"
@@ -199,10 +165,7 @@ def test_nacks_queued_just_before_close_are_dead_lettered(
     max_attempts is dead-lettered and settled, not redelivered after a restart."""
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=2)
-    with StreamProducer(stream, client) as producer:
-        for i in range(20):
-            producer.send(str(i).encode(), key=str(i).encode())
-        producer.flush()
+    produce_numbers(client, stream, 20)
 
     group = f"g-{uuid.uuid4().hex[:6]}"
     consumer = StreamConsumer(stream, group, client, max_attempts=1)
@@ -219,16 +182,9 @@ def test_nacks_queued_just_before_close_are_dead_lettered(
     consumer.close()
     assert consumer.stats["dlq"] == 5
 
-    dead: set[int] = set()
-    with StreamConsumer(stream, f"dlq-{uuid.uuid4().hex[:6]}", client, lanes=["dlq"]) as reader:
-
-        def read(msg: StreamMessage) -> None:
-            dead.add(int(msg.value or b"-1"))
-            assert read_provenance(msg.headers)["attempts"] == "1"
-            msg.ack()
-
-        consume_until(reader, lambda: len(dead) >= 5, read)
-    assert dead == {0, 4, 8, 12, 16}
+    dead = read_dead_letters(client, stream, 5)
+    assert set(dead) == {0, 4, 8, 12, 16}
+    assert {provenance["attempts"] for provenance in dead.values()} == {"1"}
     # Everything settled before the restart: the group has nothing left to do.
     with StreamConsumer(stream, group, client) as again:
         assert again.poll(2.0) is None
