@@ -802,7 +802,7 @@ class StreamConsumer:
             state = msg._run.state
             attempts = msg.attempts + 1
             if dlq:
-                state.park(msg.offset)  # the acks around it fold as one run meanwhile
+                state.park((msg.offset,))  # the acks around it fold as one run meanwhile
                 self._dead_letters([(msg, reason, attempts)])
             else:
                 state.settle([msg.offset], rejected=True)

@@ -31,6 +31,7 @@ its lock around every other call.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -260,22 +261,18 @@ class PartitionState:
         attempts = self.attempts
         counts = list(map(_plus_one, map(attempts.get, offsets, repeat(0))))
         attempts.update(zip(offsets, counts, strict=True))
-        parked = self.parked
-        fresh = set(offsets) - parked
-        if fresh:  # first nacks (a retry nacked again is parked already)
-            parked |= fresh
-            self.parking += fresh
+        self.park(offsets)
         self.dirty = True
         return counts
 
-    def park(self, offset: int) -> None:
-        """Park ``offset`` until it settles, without counting an attempt: a record
-        rejected on its delivery whose dead letter is on its way (like a nacked one, it
-        does not split the run of acks around it)."""
-        parked = self.parked
-        if offset not in parked:
-            parked.add(offset)
-            self.parking.append(offset)
+    def park(self, offsets: Iterable[int]) -> None:
+        """Park ``offsets`` until they settle (``nack`` counts an attempt first; a record
+        rejected to the dlq lane is parked until its dead letter is acked). Offsets
+        parked already are left as they are (a retry nacked again)."""
+        fresh = set(offsets) - self.parked
+        if fresh:
+            self.parked |= fresh
+            self.parking += fresh
             self.dirty = True
 
     def settled_now(self) -> RangeSet:

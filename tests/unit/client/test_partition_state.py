@@ -275,8 +275,8 @@ def test_a_restored_retry_count_is_forgotten_once_its_record_is_acked() -> None:
 def test_a_record_parked_for_its_dead_letter_does_not_split_the_acks_around_it() -> None:
     s = PartitionState(KEY, "realtime", 0)
     fetched(s, range(0, 6))
-    s.park(2)  # rejected on its first delivery: no attempt counted
-    s.park(2)
+    s.park([2])  # rejected on its first delivery: no attempt counted
+    s.park([2])
     for o in (0, 1, 3, 4, 5):
         s.ack(o)
     assert s.apply_acks() == 5
