@@ -63,7 +63,10 @@ def consume(
     """Consume every batch; returns the good records, the opcodes per function (when
     traced) and the thread's CPU seconds."""
     c = stand_in_consumer(
-        DlqBroker(ack_at_poll=True), PARTITIONS, max_attempts=3, retry_backoff=0.05
+        DlqBroker(ack_at_poll=True, keep_written=False),
+        PARTITIONS,
+        max_attempts=3,
+        retry_backoff=0.05,
     )
     pending = iter(batches)
 

@@ -186,12 +186,31 @@ class StreamMessage:
         )
 
 
+class _Redelivery(StreamMessage):
+    """A record handed out again (a retry, or after a failed dead-letter write): the
+    consumer turns its ``StreamMessage`` into one (``_redeliver``). It is parked, so its
+    ack goes to the partition's ``retry_acks`` (``PartitionState``): the acks of first
+    deliveries are never checked against the parked set."""
+
+    __slots__ = ()
+
+    def ack(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._run.state.retry_acks.append(self.offset)
+
+
+def _redeliver(msg: StreamMessage) -> None:
+    """Make ``msg`` a ``_Redelivery`` (the same slots: only its class changes, with no
+    new object per retry)."""
+    msg.__class__ = _Redelivery
+
+
 class _Run:
     """Fetched records of one partition, in offset order, as fetched together. Its
     records are handed out from ``pos`` on; a handed-out record keeps its run (the
-    partition, the consumer, when the run was fetched), not the records after it. A
-    record handed out again for a retry gets the run's ``redelivered`` twin instead,
-    whose ack queue is the partition's ``retry_acks``."""
+    partition, the consumer, when the run was fetched), not the records after it."""
 
     __slots__ = (
         "acks",
@@ -200,7 +219,6 @@ class _Run:
         "first_seen_ms",
         "messages",
         "pos",
-        "redelivery",
         "state",
     )
 
@@ -221,20 +239,6 @@ class _Run:
         # The offset of messages[0] when the offsets are consecutive (then the offset
         # of messages[i] is first_offset + i), else None.
         self.first_offset = first_offset
-        self.redelivery: _Run | None = None
-
-    def redelivered(self) -> _Run:
-        """This run as its records handed out again see it: their acks go to the
-        partition's ``retry_acks`` (they are parked), the rest is the same."""
-        again = self.redelivery
-        if again is None:
-            state = self.state
-            if self.acks is state.retry_acks:
-                return self  # the twin itself (a self-reference would be a cycle)
-            again = _Run(self.consumer, state, (), self.first_seen_ms, None)
-            again.acks = state.retry_acks
-            self.redelivery = again
-        return again
 
 
 class _LaneBuffer:
@@ -761,8 +765,8 @@ class StreamConsumer:
         it to ``retries`` (by lane priority, then attempts: records due again together
         are scheduled as one batch) or, after ``max_attempts``, to ``exhausted``. The
         nacks are drained by slice and del like the acks (``nack`` takes no lock). A
-        record to retry gets its run's ``redelivered`` twin here, so releasing it only
-        makes it settleable again."""
+        record to retry becomes a ``_Redelivery`` here, so releasing it only makes it
+        settleable again."""
         queue = state.nacks
         n = len(queue)
         messages: list[StreamMessage] = queue[:n]
@@ -773,7 +777,6 @@ class StreamConsumer:
         by_attempts = retries.get(state.priority)
         if by_attempts is None:
             by_attempts = retries[state.priority] = {}
-        retry_acks = state.retry_acks
         revoked = state.revoked  # its records are not retried: the unit moved on
         # (``get`` then a new list only when missing: ``setdefault(k, [])`` would build
         # a list for every record.)
@@ -785,9 +788,7 @@ class StreamConsumer:
                 continue
             if revoked:
                 continue
-            run = msg._run
-            if run.acks is not retry_acks:  # a first delivery: not its twin yet
-                msg._run = run.redelivered()
+            msg.__class__ = _Redelivery  # (``_redeliver``, inline: once per retry)
             group = by_attempts.get(attempts)
             if group is None:
                 by_attempts[attempts] = [msg]
@@ -846,10 +847,8 @@ class StreamConsumer:
             self.stats["rejected"] += len(written)
             self.stats["dlq"] += len(written)
         for msg in failed:
-            state = msg._run.state
-            if not state.revoked:
-                if msg.offset in state.parked:  # nacked before: its retry is acked as one
-                    msg._run = msg._run.redelivered()
+            if not msg._run.state.revoked:  # parked until its dead letter is acked
+                _redeliver(msg)
                 self._retries.add([msg], 1.0, now)
 
     def _release_due_retries(self) -> None:
@@ -858,7 +857,7 @@ class StreamConsumer:
         with self._lock:
             buffers = self._buffers
             for batch in self._retries.pop_due(time.monotonic()):
-                for again in batch:  # each has its run's twin already (``_apply_nacks``)
+                for again in batch:
                     again._done = False
                 buffers[batch[0]._run.state.priority].add_retries(batch)
 

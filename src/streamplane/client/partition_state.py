@@ -18,7 +18,7 @@ with the acks (a retried record does not split the run of acks around it) and
 ``parked`` remembers that it is not settled, so ``settled_now`` (what commits see)
 leaves it out and ``in_flight`` counts it until its retry is acked or ``settle``
 marks it rejected. A retry's ack has a queue of its own, ``retry_acks`` (the
-consumer hands retries out with a run whose ack queue is that list), so the acks of
+consumer hands retries out as messages whose ``ack`` appends there), so the acks of
 first deliveries are never checked against the parked set or the retry counts.
 Ingestion times are kept in runs of consecutive offsets (``IngestionTimes``), looked
 up by bisection and trimmed as the low watermark passes; ``settle`` need not touch
