@@ -788,7 +788,7 @@ class StreamConsumer:
                 continue
             if revoked:
                 continue
-            msg.__class__ = _Redelivery  # (``_redeliver``, inline: once per retry)
+            _redeliver(msg)
             group = by_attempts.get(attempts)
             if group is None:
                 by_attempts[attempts] = [msg]

@@ -16,11 +16,10 @@ def produce_numbers(
     client: ControlPlaneClient, stream: str, total: int, key_of: Callable[[int], int] = int
 ) -> None:
     """Records 0 .. total - 1 into ``stream``: each value is its number, each key
-    ``key_of(number)``; flushed."""
+    ``key_of(number)``; flushed (leaving the producer's block flushes)."""
     with StreamProducer(stream, client) as producer:
         for i in range(total):
             producer.send(str(i).encode(), key=str(key_of(i)).encode())
-        producer.flush()
 
 
 def consume_until(
