@@ -234,7 +234,7 @@ class LocalFleet:
                 )
             clusters[name] = ClusterInfo(name=name, cluster_id=cluster_id, brokers=brokers)
             for b in brokers:
-                _write_broker_files(b, brokers, spec)
+                write_broker_files(b, brokers, spec)
 
         progress(f"formatting storage for {sum(len(c.brokers) for c in clusters.values())} brokers")
         _format_all(java, classpath, clusters.values())
@@ -519,7 +519,20 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) -> None:
+def heap_sized_broker_config(heap_mb: int) -> dict[str, str]:
+    """Broker settings that must scale with the heap the fleet gives each broker.
+
+    The log cleaner (it compacts ``__consumer_offsets`` and the spill topics) allocates
+    its dedupe buffer, 128 MiB by Kafka's default, as one array when it starts: in a
+    256 MiB heap that allocation fails often enough to kill the broker at start-up
+    ("OutOfMemoryError: Java heap space"), and in 128 MiB always. An eighth of the heap
+    is plenty for a local fleet: at 24 bytes a key, a 256 MiB broker still dedupes
+    over a million keys per cleaning pass.
+    """
+    return {"log.cleaner.dedupe.buffer.size": str(heap_mb * 1024 * 1024 // 8)}
+
+
+def write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) -> None:
     bdir = Path(b.config_file).parent
     (bdir / "logs").mkdir(parents=True, exist_ok=True)
     n = len(peers)
@@ -541,6 +554,7 @@ def _write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec)
         "share.coordinator.state.topic.replication.factor": internal_rf,
         "share.coordinator.state.topic.min.isr": "1",
         **BASE_BROKER_CONFIG,
+        **heap_sized_broker_config(spec.heap_mb),
         **spec.broker_config,
     }
     if b.rack is not None:

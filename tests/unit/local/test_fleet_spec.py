@@ -40,3 +40,38 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
 
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+def _written_broker_config(tmp_path: Path, spec: FleetSpec) -> dict[str, str]:
+    from streamplane.local.fleet import BrokerInfo, write_broker_files
+
+    bdir = tmp_path / "broker-1"
+    broker = BrokerInfo(
+        node_id=1,
+        host="127.0.0.1",
+        port=9092,
+        controller_port=9093,
+        rack=None,
+        pid=None,
+        log_dir=str(bdir / "data"),
+        config_file=str(bdir / "server.properties"),
+        log_file=str(bdir / "logs" / "server.log"),
+    )
+    write_broker_files(broker, [broker], spec)
+    lines = Path(broker.config_file).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines)
+
+
+@pytest.mark.parametrize("heap_mb", [128, 256, 512])
+def test_cleaner_dedupe_buffer_fits_the_broker_heap(tmp_path: Path, heap_mb: int) -> None:
+    """Kafka's default 128 MiB dedupe buffer killed 256 MiB brokers at start-up (OOM)."""
+    config = _written_broker_config(tmp_path, FleetSpec(data_dir=tmp_path, heap_mb=heap_mb))
+    dedupe = int(config["log.cleaner.dedupe.buffer.size"])
+    assert 1024 * 1024 <= dedupe <= heap_mb * 1024 * 1024 // 4
+
+
+def test_broker_config_overrides_the_heap_sized_defaults(tmp_path: Path) -> None:
+    spec = FleetSpec(
+        data_dir=tmp_path, heap_mb=256, broker_config={"log.cleaner.dedupe.buffer.size": "5000000"}
+    )
+    assert _written_broker_config(tmp_path, spec)["log.cleaner.dedupe.buffer.size"] == "5000000"
