@@ -359,11 +359,7 @@ class LocalFleet:
             log_file=str(bdir / "logs" / "server.log"),
         )
         (bdir / "logs").mkdir(parents=True, exist_ok=True)
-        config = dict(
-            line.split("=", 1)
-            for line in Path(first.config_file).read_text().splitlines()
-            if "=" in line
-        )
+        config = read_broker_config(first)
         config.update(
             {
                 "process.roles": "broker",
@@ -376,7 +372,7 @@ class LocalFleet:
         config.pop("broker.rack", None)
         if rack is not None:
             config["broker.rack"] = rack
-        Path(broker.config_file).write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+        _write_properties(Path(broker.config_file), config)
         (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=broker.log_file))
         java = require_java()
         classpath = self.distribution.classpath()
@@ -519,7 +515,7 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def heap_sized_broker_config(heap_mb: int) -> dict[str, str]:
+def _heap_sized_broker_config(heap_mb: int) -> dict[str, str]:
     """Broker settings that must scale with the heap the fleet gives each broker.
 
     The log cleaner (it compacts ``__consumer_offsets`` and the spill topics) allocates
@@ -530,6 +526,16 @@ def heap_sized_broker_config(heap_mb: int) -> dict[str, str]:
     over a million keys per cleaning pass.
     """
     return {"log.cleaner.dedupe.buffer.size": str(heap_mb * 1024 * 1024 // 8)}
+
+
+def read_broker_config(b: BrokerInfo) -> dict[str, str]:
+    """The settings in broker ``b``'s server.properties."""
+    lines = Path(b.config_file).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def _write_properties(path: Path, config: Mapping[str, str]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
 
 
 def write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) -> None:
@@ -554,12 +560,12 @@ def write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) 
         "share.coordinator.state.topic.replication.factor": internal_rf,
         "share.coordinator.state.topic.min.isr": "1",
         **BASE_BROKER_CONFIG,
-        **heap_sized_broker_config(spec.heap_mb),
+        **_heap_sized_broker_config(spec.heap_mb),
         **spec.broker_config,
     }
     if b.rack is not None:
         config["broker.rack"] = b.rack
-    Path(b.config_file).write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    _write_properties(Path(b.config_file), config)
     (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=b.log_file))
 
 

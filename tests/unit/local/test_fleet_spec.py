@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.exceptions import ConfigError
-from streamplane.local.fleet import FleetSpec
+from streamplane.local.fleet import BrokerInfo, FleetSpec, read_broker_config, write_broker_files
 
 
 @pytest.mark.parametrize(
@@ -43,8 +43,6 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
 
 
 def _written_broker_config(tmp_path: Path, spec: FleetSpec) -> dict[str, str]:
-    from streamplane.local.fleet import BrokerInfo, write_broker_files
-
     bdir = tmp_path / "broker-1"
     broker = BrokerInfo(
         node_id=1,
@@ -58,8 +56,7 @@ def _written_broker_config(tmp_path: Path, spec: FleetSpec) -> dict[str, str]:
         log_file=str(bdir / "logs" / "server.log"),
     )
     write_broker_files(broker, [broker], spec)
-    lines = Path(broker.config_file).read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines)
+    return read_broker_config(broker)
 
 
 @pytest.mark.parametrize("heap_mb", [128, 256, 512])
