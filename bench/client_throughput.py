@@ -28,7 +28,9 @@
   pills reach the dlq and measures the start, not the steady state. It prints how busy
   the consuming thread was (CPU / wall): near 100% the run is bound by the consumer's
   own CPU, below it by fetching (the broker and librdkafka on the same two cores).
-Runs alternate between the two sides; the figure is the median of the per-pair ratios.
+Runs come in pairs, the order flipped every pair; the figure is the median of the per-pair
+ratios, printed with a 95% confidence interval for it (distribution-free, from the order
+statistics: 6 pairs at least, 9-15 to make it narrow).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from _stack import Stack, local_stack
+from _stats import describe_ratios
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import StreamProducer
 from streamplane.kafka.admin import KafkaAdmin
@@ -327,10 +330,14 @@ def broker_cpu_s(stack: Stack) -> float:
 
 
 def cpu_summary() -> str:
-    """Median CPU per good record of the last comparison, clean vs poisoned."""
+    """Median CPU per good record of the last comparison, clean vs poisoned (the warm-up
+    pair left out), and the per-pair ratio of the consuming thread's CPU per good
+    record, clean / poisoned: what the good-record throughput ratio comes to when the
+    consumer is bound by its own CPU."""
     parts = []
+    per_side = {key: CPU_PER_GOOD_US.pop(key, [])[1:] for key in (0, POISON_EVERY)}
     for key, label in ((0, "clean"), (POISON_EVERY, "poison")):
-        runs = CPU_PER_GOOD_US.pop(key, [])
+        runs = per_side[key]
         if runs:
             main = statistics.median(r[0] for r in runs)
             broker = statistics.median(r[1] for r in runs)
@@ -338,27 +345,37 @@ def cpu_summary() -> str:
             parts.append(
                 f"{label} {main:.2f} us main thread (busy {busy:.0%}) + {broker:.2f} us broker"
             )
-    return "CPU per good record: " + ", ".join(parts)
+    summary = "CPU per good record: " + ", ".join(parts)
+    clean, poisoned = per_side[0], per_side[POISON_EVERY]
+    if clean and len(clean) == len(poisoned):
+        cpu_ratios = [c[0] / p[0] for c, p in zip(clean, poisoned, strict=True)]
+        summary += f"; consuming-thread CPU ratio {describe_ratios(cpu_ratios)}"
+    return summary
 
 
 def median_pair(runs: int, a: object, b: object) -> tuple[float, float, float, list[float]]:
-    """Alternate a and b after one warm-up pair (cold caches, page cache and broker
-    warm-up skew the first run of each side). Returns the median of each side, the
-    median of the per-pair ratios b/a (robust to the machine drifting during the
-    benchmark) and those ratios."""
+    """``runs`` pairs of a and b after one warm-up pair (cold caches, page cache and
+    broker warm-up skew the first run of each side), the order flipped every pair (a b,
+    b a, a b, ...: the side that runs first measured ~2-3% lower). Returns the median
+    of each side, the median of the per-pair ratios b/a (robust to the machine
+    drifting during the benchmark) and those ratios."""
     a()  # type: ignore[operator]
     b()  # type: ignore[operator]
     xs: list[float] = []
     ys: list[float] = []
-    for _ in range(runs):
-        xs.append(a())  # type: ignore[operator]
-        ys.append(b())  # type: ignore[operator]
+    for i in range(runs):
+        if i % 2:
+            ys.append(b())  # type: ignore[operator]
+            xs.append(a())  # type: ignore[operator]
+        else:
+            xs.append(a())  # type: ignore[operator]
+            ys.append(b())  # type: ignore[operator]
     ratios = [y / x for x, y in zip(xs, ys, strict=True)]
     return statistics.median(xs), statistics.median(ys), statistics.median(ratios), ratios
 
 
 def pairs(ratios: list[float]) -> str:
-    return "pair ratios " + " ".join(f"{r:.2f}" for r in ratios)
+    return "pair ratios " + describe_ratios(ratios)
 
 
 def compare_produce(stack: Stack, admin: KafkaAdmin, bootstrap: str, n: int, runs: int) -> None:
@@ -444,7 +461,7 @@ def compare_poison(stack: Stack, n: int, runs: int, reject_pills: bool) -> None:
         print(
             f"  interleaved (turns of {TURN_RECORDS:,} good records, same machine for both): ratio "
             f"{statistics.median(il_ratios):.2f} (target >= 0.95), consuming-thread CPU "
-            f"ratio {statistics.median(cpu_ratios):.2f}; {pairs(il_ratios)}"
+            f"ratio {describe_ratios(cpu_ratios)}; {pairs(il_ratios)}"
         )
 
 

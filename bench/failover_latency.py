@@ -22,15 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 from _stack import local_stack
+from _stats import percentile
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.producer import StreamProducer
 
 TARGET_S = 1.0
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ from typing import TypeVar
 
 import client_throughput as bench
 from _stack import Stack, local_stack
+from _stats import describe_ratios
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.dlq_writer import DlqWriter
 from streamplane.client.partition_state import PartitionState
@@ -168,6 +169,9 @@ def sequential(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> No
             f"CPU {cpu:.3f} us per good record (+{(cpu - clean_cpu) * per_pill:.1f} us per pill, "
             f"of which GC {(gc_us - clean_gc) * per_pill:+.1f}), busy {busy:.0%}"
         )
+    for name in VARIANTS:  # per round, against the clean run of the same round
+        cpu_ratios = [c[1] / v[1] for c, v in zip(results[CLEAN], results[name], strict=True)]
+        print(f"  {name:25s} consuming-thread CPU ratio {describe_ratios(cpu_ratios)}")
 
 
 def interleaved(stack: Stack, stream: str, n: int, runs: int, parse: Parse) -> None:

@@ -19,16 +19,12 @@ import threading
 import time
 
 from _stack import local_stack
+from _stats import percentile
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
 
 BASELINE_S = 0.012
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> None:
