@@ -219,19 +219,8 @@ class LocalFleet:
                 node_id = i + 1
                 rack = spec.racks[i % len(spec.racks)] if spec.racks else None
                 bdir = cluster_dir / f"broker-{node_id}"
-                brokers.append(
-                    BrokerInfo(
-                        node_id=node_id,
-                        host=HOST,
-                        port=next(port_iter),
-                        controller_port=next(port_iter),
-                        rack=rack,
-                        pid=None,
-                        log_dir=str(bdir / "data"),
-                        config_file=str(bdir / "server.properties"),
-                        log_file=str(bdir / "logs" / "server.log"),
-                    )
-                )
+                port, controller_port = next(port_iter), next(port_iter)
+                brokers.append(broker_in(bdir, node_id, port, controller_port, rack))
             clusters[name] = ClusterInfo(name=name, cluster_id=cluster_id, brokers=brokers)
             for b in brokers:
                 write_broker_files(b, brokers, spec)
@@ -347,17 +336,7 @@ class LocalFleet:
         node_id = max(b.node_id for b in info.brokers) + 1
         port = _allocate_ports(1, None)[0]
         bdir = Path(first.config_file).parent.parent / f"broker-{node_id}"
-        broker = BrokerInfo(
-            node_id=node_id,
-            host=HOST,
-            port=port,
-            controller_port=0,
-            rack=rack,
-            pid=None,
-            log_dir=str(bdir / "data"),
-            config_file=str(bdir / "server.properties"),
-            log_file=str(bdir / "logs" / "server.log"),
-        )
+        broker = broker_in(bdir, node_id, port, 0, rack)
         (bdir / "logs").mkdir(parents=True, exist_ok=True)
         config = read_broker_config(first)
         config.update(
@@ -526,6 +505,24 @@ def _heap_sized_broker_config(heap_mb: int) -> dict[str, str]:
     over a million keys per cleaning pass.
     """
     return {"log.cleaner.dedupe.buffer.size": str(heap_mb * 1024 * 1024 // 8)}
+
+
+def broker_in(
+    bdir: Path, node_id: int, port: int, controller_port: int, rack: str | None
+) -> BrokerInfo:
+    """A broker not started yet whose files live under ``bdir``: its log dir ``data/``,
+    ``server.properties`` and ``logs/server.log``."""
+    return BrokerInfo(
+        node_id=node_id,
+        host=HOST,
+        port=port,
+        controller_port=controller_port,
+        rack=rack,
+        pid=None,
+        log_dir=str(bdir / "data"),
+        config_file=str(bdir / "server.properties"),
+        log_file=str(bdir / "logs" / "server.log"),
+    )
 
 
 def read_broker_config(b: BrokerInfo) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import random
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,7 +16,6 @@ def _load_stats() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_stats", BENCH / "_stats.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

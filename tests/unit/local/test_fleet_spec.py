@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from streamplane.exceptions import ConfigError
-from streamplane.local.fleet import BrokerInfo, FleetSpec, read_broker_config, write_broker_files
+from streamplane.local.fleet import FleetSpec, broker_in, read_broker_config, write_broker_files
 
 
 @pytest.mark.parametrize(
@@ -43,18 +43,7 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
 
 
 def _written_broker_config(tmp_path: Path, spec: FleetSpec) -> dict[str, str]:
-    bdir = tmp_path / "broker-1"
-    broker = BrokerInfo(
-        node_id=1,
-        host="127.0.0.1",
-        port=9092,
-        controller_port=9093,
-        rack=None,
-        pid=None,
-        log_dir=str(bdir / "data"),
-        config_file=str(bdir / "server.properties"),
-        log_file=str(bdir / "logs" / "server.log"),
-    )
+    broker = broker_in(tmp_path / "broker-1", 1, 9092, 9093, None)
     write_broker_files(broker, [broker], spec)
     return read_broker_config(broker)
 
