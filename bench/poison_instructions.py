@@ -2,25 +2,43 @@
 real stack (valgrind's callgrind counts them; wall-clock pairs on a small shared
 machine move by +-10-20%, instruction counts do not).
 
-    .venv/bin/python bench/poison_instructions.py [--records 40000] [--handler json|int]
+    .venv/bin/python bench/poison_instructions.py [--records 400000] [--handler json|int]
+        [--cache-sim]
 
 A local stack (one Kafka cluster, the control plane) is started and a stream filled;
 then each side (clean, then poisoned) runs ``client_throughput.stream_consume`` in a
 child process under ``valgrind --tool=callgrind --separate-threads=yes``. The counters
 are zeroed at the first record and dumped after the last good one
 (``callgrind_control``), so start-up and close are left out; only the main thread's
-count is read. Valgrind slows the process ~50x, so the consumer's clocks are stretched
-by the same factor (retry backoff, housekeeping interval, dlq batch interval, commit
-interval) and the Assigner is off (its leases would lapse). The printed ratio is
-clean/poisoned instructions per good record: what the consuming thread's own work
-predicts for the good-record throughput ratio (target >= 0.95). Not counted: the
-broker, librdkafka's threads, and cache or scheduling effects
-(``client_throughput.py`` measures the whole).
+count is read. Valgrind slows the process ~50x, so the consumer's clocks are
+stretched by the same factor (retry backoff, housekeeping interval, dlq batch interval,
+commit interval) and the Assigner is off (its leases would lapse). The printed ratio
+is clean/poisoned instructions per good record: what the consuming thread's own work
+predicts for the good-record throughput ratio (target >= 0.95). The window must be
+long against a pill's life: a pill lives ~0.25 s (two backoffs, then its dead letter's
+batch and ack), stretched here to ~7.5 s, ~25,000 records at valgrind's ~3,300 per
+second, and the pills of a window's last ~25,000 records are counted without their
+retries and dead letters. Measured (int handler): ~31,000-50,000 instructions more per
+pill with 40,000 records (the old default), ~66,000 with 200,000, ~70,500 with
+600,000. The default, 400,000 records, takes ~5 minutes per side with the JSON
+handler. Not counted: the broker, librdkafka's threads, and cache or scheduling
+effects (``client_throughput.py`` measures the whole).
+
+Both sides run a full collection just before the counters are zeroed. A fresh process
+carries its imports' objects as pending in the collector's oldest generation, and
+whether the first full collection of them fell in a side's window was luck: one in the
+poisoned window added ~44,000 instructions per pill (a quarter of the count). A
+running consumer's pills set off few: on the real stack, 1,000,000 JSON records with
+1% poison, started after a collection, promoted ~3,000 objects to the oldest generation
+and set off no full collection (89-99 young and 8 middle collections, 17-24 ms in all,
+against 8 young ones, 2-4 ms, clean). ``--cache-sim`` also simulates the first-level
+data cache and prints its read misses per good record.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import subprocess
@@ -40,8 +58,9 @@ STRETCH = 30  # the consumer's clocks, stretched for valgrind's slowdown
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=40_000)
+    ap.add_argument("--records", type=int, default=400_000)
     ap.add_argument("--handler", choices=["json", "int"], default="json")
+    ap.add_argument("--cache-sim", action="store_true", help="also count D1 read misses")
     ap.add_argument("--child", nargs=4, metavar=("SIDE", "URL", "TOKEN", "STREAM"))
     args = ap.parse_args()
     if args.child:
@@ -57,13 +76,14 @@ def main() -> None:
         with StreamProducer(stream, stack.client) as p:
             for i in range(args.records):
                 p.send(value_of(i), key=str(i).encode())
-        per_good = {}
+        per_good: dict[str, list[float]] = {}
         for side in ("clean", "poison"):
             out = Path(tmp) / f"cg.{side}"
             cmd = [
                 "valgrind",
                 "--tool=callgrind",
                 "--separate-threads=yes",
+                *(["--cache-sim=yes"] if args.cache_sim else []),
                 f"--callgrind-out-file={out}",
                 sys.executable,
                 __file__,
@@ -83,8 +103,8 @@ def main() -> None:
             if not dump.exists():
                 sys.exit(f"no callgrind dump for the {side} run")
             good = args.records - (args.records // bench.POISON_EVERY if side == "poison" else 0)
-            per_good[side] = main_thread_instructions(dump) / good
-        clean, poisoned = per_good["clean"], per_good["poison"]
+            per_good[side] = [count / good for count in main_thread_totals(dump)]
+        clean, poisoned = per_good["clean"][0], per_good["poison"][0]
         pills = args.records // bench.POISON_EVERY
         extra = (poisoned - clean) * (args.records - pills) / pills
         print(
@@ -92,13 +112,22 @@ def main() -> None:
             f"{clean:,.0f} instructions per good record, 1% poison {poisoned:,.0f} "
             f"(~{extra:,.0f} more per pill) -> ratio {clean / poisoned:.3f} (target >= 0.95)"
         )
+        if args.cache_sim:
+            # Events: Ir Dr Dw I1mr D1mr ...: D1mr is the fifth.
+            clean_misses, poisoned_misses = per_good["clean"][4], per_good["poison"][4]
+            extra_misses = (poisoned_misses - clean_misses) * (args.records - pills) / pills
+            print(
+                f"  D1 read misses per good record: clean {clean_misses:,.1f}, 1% poison "
+                f"{poisoned_misses:,.1f} (~{extra_misses:,.0f} more per pill)"
+            )
 
 
-def main_thread_instructions(dump: Path) -> int:
+def main_thread_totals(dump: Path) -> list[int]:
+    """The dump's totals, one per event (instructions first)."""
     with open(dump) as f:
         for line in f:
             if line.startswith("totals:"):
-                return int(line.split()[1])
+                return [int(x) for x in line.split()[1:]]
     raise ValueError(f"no totals in {dump}")
 
 
@@ -119,6 +148,8 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
             self.flag = flag
 
         def append(self, item: object) -> None:
+            if self.flag == "-z":
+                gc.collect()  # start both windows with nothing pending (the docstring)
             control(self.flag)
             super().append(item)
 
