@@ -19,8 +19,8 @@ long against a pill's life: a pill lives ~0.25 s (two backoffs, then its dead le
 batch and ack), stretched here to ~7.5 s, ~25,000 records at valgrind's ~3,300 per
 second, and the pills of a window's last ~25,000 records are counted without their
 retries and dead letters. Measured (int handler): ~31,000-50,000 instructions more per
-pill with 40,000 records (the old default), ~66,000 with 200,000, ~70,500 with
-600,000. The default, 400,000 records, takes ~5 minutes per side with the JSON
+pill with 40,000 records (the old default), ~66,000 with 200,000, ~70,500-73,400
+with 600,000 (two runs). The default, 400,000 records, takes ~5 minutes per side with the JSON
 handler. Not counted: the broker, librdkafka's threads, and cache or scheduling
 effects (``client_throughput.py`` measures the whole).
 
