@@ -2,7 +2,7 @@
 real stack (valgrind's callgrind counts them; wall-clock pairs on a small shared
 machine move by +-10-20%, instruction counts do not).
 
-    .venv/bin/python bench/poison_instructions.py [--records 400000] [--handler json|int]
+    .venv/bin/python bench/poison_instructions.py [--records 600000] [--handler json|int]
         [--cache-sim]
 
 A local stack (one Kafka cluster, the control plane) is started and a stream filled;
@@ -19,10 +19,10 @@ long against a pill's life: a pill lives ~0.25 s (two backoffs, then its dead le
 batch and ack), stretched here to ~7.5 s, ~25,000 records at valgrind's ~3,300 per
 second, and the pills of a window's last ~25,000 records are counted without their
 retries and dead letters. Measured (int handler): ~31,000-50,000 instructions more per
-pill with 40,000 records (the old default), ~66,000 with 200,000, ~70,500-73,400
-with 600,000 (two runs). The default, 400,000 records, takes ~5 minutes per side with the JSON
-handler. Not counted: the broker, librdkafka's threads, and cache or scheduling
-effects (``client_throughput.py`` measures the whole).
+pill with 40,000 records (the old default), ~41,000 and ~66,000 in two runs with
+200,000, ~70,500 and ~73,400 in two with 600,000 (the default: ~5 minutes per side
+with the JSON handler). Not counted: the broker, librdkafka's threads, and cache or
+scheduling effects (``client_throughput.py`` measures the whole).
 
 Both sides run a full collection just before the counters are zeroed. A fresh process
 carries its imports' objects as pending in the collector's oldest generation, and
@@ -58,7 +58,7 @@ STRETCH = 30  # the consumer's clocks, stretched for valgrind's slowdown
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--records", type=int, default=600_000)
     ap.add_argument("--handler", choices=["json", "int"], default="json")
     ap.add_argument("--cache-sim", action="store_true", help="also count D1 read misses")
     ap.add_argument("--child", nargs=4, metavar=("SIDE", "URL", "TOKEN", "STREAM"))
