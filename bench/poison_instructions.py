@@ -46,6 +46,7 @@ import sys
 import tempfile
 import types
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import client_throughput as bench
@@ -76,7 +77,7 @@ def main() -> None:
         with StreamProducer(stream, stack.client) as p:
             for i in range(args.records):
                 p.send(value_of(i), key=str(i).encode())
-        per_good: dict[str, list[float]] = {}
+        per_good: dict[str, dict[str, float]] = {}
         for side in ("clean", "poison"):
             out = Path(tmp) / f"cg.{side}"
             cmd = [
@@ -103,31 +104,38 @@ def main() -> None:
             if not dump.exists():
                 sys.exit(f"no callgrind dump for the {side} run")
             good = args.records - (args.records // bench.POISON_EVERY if side == "poison" else 0)
-            per_good[side] = [count / good for count in main_thread_totals(dump)]
-        clean, poisoned = per_good["clean"][0], per_good["poison"][0]
+            per_good[side] = {e: count / good for e, count in main_thread_totals(dump).items()}
         pills = args.records // bench.POISON_EVERY
-        extra = (poisoned - clean) * (args.records - pills) / pills
+
+        def per_pill(event: str) -> tuple[float, float, float]:
+            """``event`` per good record clean and poisoned, and the extra per pill."""
+            clean, poisoned = per_good["clean"][event], per_good["poison"][event]
+            return clean, poisoned, (poisoned - clean) * (args.records - pills) / pills
+
+        clean, poisoned, extra = per_pill("Ir")
         print(
             f"{args.handler} handler, {args.records:,} records, consuming thread: clean "
             f"{clean:,.0f} instructions per good record, 1% poison {poisoned:,.0f} "
             f"(~{extra:,.0f} more per pill) -> ratio {clean / poisoned:.3f} (target >= 0.95)"
         )
         if args.cache_sim:
-            # Events: Ir Dr Dw I1mr D1mr ...: D1mr is the fifth.
-            clean_misses, poisoned_misses = per_good["clean"][4], per_good["poison"][4]
-            extra_misses = (poisoned_misses - clean_misses) * (args.records - pills) / pills
+            clean, poisoned, extra = per_pill("D1mr")
             print(
-                f"  D1 read misses per good record: clean {clean_misses:,.1f}, 1% poison "
-                f"{poisoned_misses:,.1f} (~{extra_misses:,.0f} more per pill)"
+                f"  D1 read misses per good record: clean {clean:,.1f}, 1% poison "
+                f"{poisoned:,.1f} (~{extra:,.0f} more per pill)"
             )
 
 
-def main_thread_totals(dump: Path) -> list[int]:
-    """The dump's totals, one per event (instructions first)."""
+def main_thread_totals(dump: Path) -> dict[str, int]:
+    """The dump's totals by event name (``Ir``: instructions; ``D1mr``: first-level
+    data-cache read misses, with ``--cache-sim``)."""
+    events: list[str] = []
     with open(dump) as f:
         for line in f:
-            if line.startswith("totals:"):
-                return [int(x) for x in line.split()[1:]]
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("totals:"):
+                return dict(zip(events, map(int, line.split()[1:]), strict=True))
     raise ValueError(f"no totals in {dump}")
 
 
@@ -142,20 +150,22 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
             ["callgrind_control", flag, str(os.getpid())], check=True, capture_output=True
         )
 
+    def zero() -> None:
+        gc.collect()  # start both windows with nothing pending (the docstring)
+        control("-z")
+
     class OnAppend(list[object]):
-        def __init__(self, flag: str) -> None:
+        def __init__(self, action: Callable[[], None]) -> None:
             super().__init__()
-            self.flag = flag
+            self.action = action
 
         def append(self, item: object) -> None:
-            if self.flag == "-z":
-                gc.collect()  # start both windows with nothing pending (the docstring)
-            control(self.flag)
+            self.action()
             super().append(item)
 
     class DumpOnRecord(dict[int, list[tuple[float, float, float]]]):
         def setdefault(self, key: int, default: object = None) -> list[tuple[float, float, float]]:
-            return super().setdefault(key, OnAppend("-d"))  # type: ignore[arg-type]
+            return super().setdefault(key, OnAppend(lambda: control("-d")))  # type: ignore[arg-type]
 
     def stretched_consumer(
         stack: object, stream: str, group_prefix: str, max_attempts: int = 3
@@ -176,7 +186,7 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
     consumer_module._DLQ_BATCH_INTERVAL_S *= STRETCH
     bench.bench_consumer = stretched_consumer
     bench.broker_cpu_s = lambda stack: 0.0  # the broker is not in this process
-    bench.STARTUP = OnAppend("-z")  # type: ignore[assignment]  # first record: zero
+    bench.STARTUP = OnAppend(zero)  # type: ignore[assignment]  # first record: zero
     bench.CPU_PER_GOOD_US = DumpOnRecord()  # last good record: dump
     parse = bench.number_in_event if handler == "json" else bench.number_of
     poison_every = bench.POISON_EVERY if side == "poison" else 0
