@@ -72,7 +72,7 @@ _HOUSEKEEPING_INTERVAL_S = 0.05
 # collection at all, where fetches of 1,000 set off one every ~550 records and a full
 # one every ~85,000 (~15 ms each). Measured, trivial handler, 1M records, medians of
 # 5 runs: 1.10 -> 0.90 us of consuming-thread CPU per record; JSON handler: 2.87 ->
-# 2.72 us (bench/client_throughput.py, docs/client.md). ``poll_batch`` hands a fetch
+# 2.72 us (bench/client_throughput.py, docs/client-throughput.md). ``poll_batch`` hands a fetch
 # out whole and fetches again only when the buffer is nearly empty, so one fetch's
 # messages and StreamMessages (~500 objects) are alive at a time: when retries shifted
 # its batches off fetch boundaries, part of a fetch waited in the buffer while the next
