@@ -3,7 +3,8 @@ real stack (valgrind's callgrind counts them; wall-clock pairs on a small shared
 machine move by +-10-20%, instruction counts do not).
 
     .venv/bin/python bench/poison_instructions.py [--records 600000] [--handler json|int]
-        [--cache-sim]
+        [--cache-sim [--ll-kib N]] [--variant as-shipped|no-dlq-write|no-retries|...]
+        [--keep-dumps DIR]
 
 A local stack (one Kafka cluster, the control plane) is started and a stream filled;
 then each side (clean, then poisoned) runs ``client_throughput.stream_consume`` in a
@@ -31,8 +32,18 @@ poisoned window added ~44,000 instructions per pill (a quarter of the count). A
 running consumer's pills set off few: on the real stack, 1,000,000 JSON records with
 1% poison, started after a collection, promoted ~3,000 objects to the oldest generation
 and set off no full collection (89-99 young and 8 middle collections, 17-24 ms in all,
-against 8 young ones, 2-4 ms, clean). ``--cache-sim`` also simulates the first-level
-data cache and prints its read misses per good record.
+against 8 young ones, 2-4 ms, clean).
+
+``--cache-sim`` also simulates the caches (first level, and a last level of
+``--ll-kib`` KiB: the host's 32 MiB is shared with the broker, librdkafka's threads and
+other machines, which the simulation does not see) and prints read and write misses
+per good record. Instructions are not what a pill costs in time: counted this way
+(int handler, 600,000 records, a 2 MiB last level) a pill is ~5.4 clean records'
+worth of instructions but ~20 of first-level misses (~1,100 read and ~420 write misses
+more per pill, against ~75 per clean record) and ~13 of last-level ones, and ~20 is
+what it costs in the consuming thread's CPU on the real stack. ``--variant`` runs the
+poisoned side under one of ``poison_breakdown.py``'s variants; ``--keep-dumps``
+keeps callgrind's files (``callgrind_annotate`` them to see where misses go).
 """
 
 from __future__ import annotations
@@ -47,13 +58,18 @@ import tempfile
 import types
 import uuid
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import client_throughput as bench
 from _stack import local_stack
+from poison_breakdown import VARIANTS
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 
+# poison_breakdown's variants by command-line name ("no retries, no dlq write" ->
+# "no-retries-no-dlq-write").
+VARIANT_OF = {name.replace(",", "").replace(" ", "-"): make for name, make in VARIANTS.items()}
 STRETCH = 30  # the consumer's clocks, stretched for valgrind's slowdown
 
 
@@ -61,17 +77,31 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=600_000)
     ap.add_argument("--handler", choices=["json", "int"], default="json")
-    ap.add_argument("--cache-sim", action="store_true", help="also count D1 read misses")
+    ap.add_argument("--cache-sim", action="store_true", help="also count cache misses")
+    ap.add_argument(
+        "--ll-kib",
+        type=int,
+        help="with --cache-sim: the simulated last-level cache's size (default: the host's)",
+    )
+    ap.add_argument("--keep-dumps", type=Path, help="keep callgrind's dumps in this directory")
+    ap.add_argument(
+        "--variant",
+        choices=sorted(VARIANT_OF),
+        default="as-shipped",
+        help="the poisoned side's variant of the pill path (bench/poison_breakdown.py's)",
+    )
     ap.add_argument("--child", nargs=4, metavar=("SIDE", "URL", "TOKEN", "STREAM"))
     args = ap.parse_args()
     if args.child:
         side, url, token, stream = args.child
-        consume_side(side, url, token, stream, args.records, args.handler)
+        consume_side(side, url, token, stream, args.records, args.handler, args.variant)
         return
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     value_of = bench.log_event if args.handler == "json" else bench.number_record
-    with local_stack() as stack, tempfile.TemporaryDirectory() as tmp:
+    with local_stack() as stack, tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep_dumps or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
         stream = f"bench-instr-{uuid.uuid4().hex[:6]}"
         stack.client.create_stream(stream, "local-a", partitions=bench.PARTITIONS)
         with StreamProducer(stream, stack.client) as p:
@@ -79,12 +109,13 @@ def main() -> None:
                 p.send(value_of(i), key=str(i).encode())
         per_good: dict[str, dict[str, float]] = {}
         for side in ("clean", "poison"):
-            out = Path(tmp) / f"cg.{side}"
+            out = tmp / f"cg.{side}"
             cmd = [
                 "valgrind",
                 "--tool=callgrind",
                 "--separate-threads=yes",
                 *(["--cache-sim=yes"] if args.cache_sim else []),
+                *([f"--LL={args.ll_kib * 1024},16,64"] if args.cache_sim and args.ll_kib else []),
                 f"--callgrind-out-file={out}",
                 sys.executable,
                 __file__,
@@ -92,6 +123,8 @@ def main() -> None:
                 str(args.records),
                 "--handler",
                 args.handler,
+                "--variant",
+                args.variant,
                 "--child",
                 side,
                 stack.control_plane.url,
@@ -114,16 +147,23 @@ def main() -> None:
 
         clean, poisoned, extra = per_pill("Ir")
         print(
-            f"{args.handler} handler, {args.records:,} records, consuming thread: clean "
+            f"{args.handler} handler, {args.records:,} records, poisoned side {args.variant}, "
+            f"consuming thread: clean "
             f"{clean:,.0f} instructions per good record, 1% poison {poisoned:,.0f} "
             f"(~{extra:,.0f} more per pill) -> ratio {clean / poisoned:.3f} (target >= 0.95)"
         )
         if args.cache_sim:
-            clean, poisoned, extra = per_pill("D1mr")
-            print(
-                f"  D1 read misses per good record: clean {clean:,.1f}, 1% poison "
-                f"{poisoned:,.1f} (~{extra:,.0f} more per pill)"
-            )
+            for event, what in (
+                ("D1mr", "first-level data read misses"),
+                ("D1mw", "first-level data write misses"),
+                ("DLmr", "last-level data read misses"),
+                ("DLmw", "last-level data write misses"),
+            ):
+                clean, poisoned, extra = per_pill(event)
+                print(
+                    f"  {what} per good record: clean {clean:,.2f}, 1% poison "
+                    f"{poisoned:,.2f} (~{extra:,.0f} more per pill)"
+                )
 
 
 def main_thread_totals(dump: Path) -> dict[str, int]:
@@ -139,9 +179,11 @@ def main_thread_totals(dump: Path) -> dict[str, int]:
     raise ValueError(f"no totals in {dump}")
 
 
-def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: str) -> None:
+def consume_side(
+    side: str, url: str, token: str, stream: str, n: int, handler: str, variant: str
+) -> None:
     """The child: one stream_consume under callgrind, counters zeroed at the first
-    record and dumped after the last good one."""
+    record and dumped after the last good one (the poisoned side under ``variant``)."""
     import streamplane.client.consumer as consumer_module
     from streamplane.client.consumer import StreamConsumer
 
@@ -191,7 +233,8 @@ def consume_side(side: str, url: str, token: str, stream: str, n: int, handler: 
     parse = bench.number_in_event if handler == "json" else bench.number_of
     poison_every = bench.POISON_EVERY if side == "poison" else 0
     stack = types.SimpleNamespace(client=client)
-    bench.stream_consume(stack, stream, n, poison_every=poison_every, parse=parse)  # type: ignore[arg-type]
+    with VARIANT_OF[variant]() if side == "poison" else nullcontext():
+        bench.stream_consume(stack, stream, n, poison_every=poison_every, parse=parse)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
