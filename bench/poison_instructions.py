@@ -96,12 +96,14 @@ def main() -> None:
         side, url, token, stream = args.child
         consume_side(side, url, token, stream, args.records, args.handler, args.variant)
         return
+    if args.ll_kib and not args.cache_sim:
+        ap.error("--ll-kib needs --cache-sim")
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     value_of = bench.log_event if args.handler == "json" else bench.number_record
     with local_stack() as stack, tempfile.TemporaryDirectory() as scratch:
-        tmp = args.keep_dumps or Path(scratch)
-        tmp.mkdir(parents=True, exist_ok=True)
+        dumps = args.keep_dumps or Path(scratch)
+        dumps.mkdir(parents=True, exist_ok=True)
         stream = f"bench-instr-{uuid.uuid4().hex[:6]}"
         stack.client.create_stream(stream, "local-a", partitions=bench.PARTITIONS)
         with StreamProducer(stream, stack.client) as p:
@@ -109,13 +111,13 @@ def main() -> None:
                 p.send(value_of(i), key=str(i).encode())
         per_good: dict[str, dict[str, float]] = {}
         for side in ("clean", "poison"):
-            out = tmp / f"cg.{side}"
+            out = dumps / f"cg.{side}"
             cmd = [
                 "valgrind",
                 "--tool=callgrind",
                 "--separate-threads=yes",
                 *(["--cache-sim=yes"] if args.cache_sim else []),
-                *([f"--LL={args.ll_kib * 1024},16,64"] if args.cache_sim and args.ll_kib else []),
+                *([f"--LL={args.ll_kib * 1024},16,64"] if args.ll_kib else []),
                 f"--callgrind-out-file={out}",
                 sys.executable,
                 __file__,
