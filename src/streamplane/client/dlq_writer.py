@@ -18,9 +18,10 @@ writes go out in batches:
   bounds the broker's CPU per dead letter.
 
 A failed write's report names no record (librdkafka hands its key and value back, not
-its headers), so every record of the batch with that key and value is written again.
-The dlq lane is at-least-once, as it already is across a crash between a dead
-letter's write and the next commit.
+its headers), so every record of the batch with that key and value is reported
+failed: its owner (the consumer) hands it out again, and dead-letters it again when
+the application gives up on it again. The dlq lane is at-least-once, as it already is
+across a crash between a dead letter's write and the next commit.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ class DlqWriter(Generic[R]):
             value, key, _headers = self.write_of(*letter)
             (failed if (value, key) in lost else written).append(letter[0])
         log.warning(
-            "%d dlq writes failed (first: %s): %d records will be written again",
+            "%d dlq writes failed (first: %s): %d records will be handed out again",
             len(failures),
             failures[0][0],
             len(failed),
