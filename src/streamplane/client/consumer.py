@@ -52,6 +52,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
+from streamplane.core.commitlog import PartitionProgress
 from streamplane.core.routing import DLQ_LANE, RoutingTable
 from streamplane.exceptions import ConfigError
 from streamplane.kafka.clients import consume_available, consumer_config
@@ -59,6 +60,8 @@ from streamplane.kafka.clients import consume_available, consumer_config
 log = logging.getLogger(__name__)
 
 Handler = Callable[["StreamMessage"], object]
+# Where partitions start: (committed progress, committed offset) by (topic, partition).
+Restored = dict[tuple[str, int], tuple[PartitionProgress | None, int | None]]
 
 # Housekeeping (routing, retries, dlq callbacks, commits, flow control) runs at least
 # every so many records or every so many seconds, whichever comes first, even while
@@ -85,6 +88,16 @@ _FETCH_BATCH = 250
 # 1% poison at ~500,000 records/s: broker CPU per dead letter fell from ~90 us (one
 # small acks=all produce request per partition every 5 ms) to a few us.
 _DLQ_BATCH_INTERVAL_S = 0.1
+
+# Where to start reading a partition (its committed offset and commit-log state) is read
+# on a thread per cluster (``_OffsetsLoad``): a cluster that does not answer (typically
+# the sick one a stream was just failed over from) must not keep the consumer from
+# reading the others. ``_assign`` waits this long for the loads it starts (a cluster
+# that answers does so in milliseconds, so its partitions are read at once);
+# housekeeping assigns the partitions of a slower load once it is in, and tries a
+# failed one again after _LOAD_RETRY_S.
+_LOAD_WAIT_S = 2.0
+_LOAD_RETRY_S = 5.0
 
 
 class StreamMessage:
@@ -279,6 +292,40 @@ class _LaneBuffer:
         self.size = size
 
 
+class _OffsetsLoad:
+    """The committed progress of some partitions of one cluster, read on a thread of its
+    own through a client of its own (so closing the consumer never waits for a cluster
+    that does not answer, nor closes a client in use). ``done`` is set once
+    ``restored`` or ``error`` is."""
+
+    def __init__(
+        self,
+        cluster: str,
+        keys: list[PartitionKey],
+        store_args: tuple[str, str, str],
+        conf: dict[str, Any],
+    ) -> None:
+        self.cluster = cluster
+        self.keys = keys
+        self.done = threading.Event()
+        self.restored: Restored = {}
+        self.error: Exception | None = None
+        threading.Thread(
+            target=self._run, args=(store_args, conf), name=f"sp-offsets-{cluster}", daemon=True
+        ).start()
+
+    def _run(self, store_args: tuple[str, str, str], conf: dict[str, Any]) -> None:
+        client = Consumer(conf)
+        try:
+            store = CommitStore(client, *store_args)
+            self.restored = store.load([(k.topic, k.partition) for k in self.keys])
+        except Exception as exc:  # reported, and tried again, by the consuming thread
+            self.error = exc
+        finally:
+            self.done.set()
+            client.close()
+
+
 class StreamConsumer:
     """Consume a stream as a member of ``group``, acknowledging each record.
 
@@ -346,6 +393,10 @@ class StreamConsumer:
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
+        # Partitions to read whose committed progress is being loaded: (lane, priority).
+        self._loading: dict[PartitionKey, tuple[str, int]] = {}
+        self._loads: list[_OffsetsLoad] = []
+        self._failed_loads: list[tuple[float, str, list[PartitionKey]]] = []  # (retry at, ...)
         self._until_housekeeping = 0
         self._housekeeping_due = 0.0
         self._buffers: list[_LaneBuffer] = []  # by lane priority
@@ -491,8 +542,13 @@ class StreamConsumer:
                 key = PartitionKey(seg.cluster, seg.topic, p)
                 if owned is None or key in owned:
                     wanted[key] = (seg.lane, self._lane_order[seg.lane])
-        new = [k for k in wanted if k not in self._states]
+        new = [k for k in wanted if k not in self._states and k not in self._loading]
         gone = [k for k in self._states if k not in wanted]
+        unloaded = [k for k in self._loading if k not in wanted]  # never read: let go
+        for k in unloaded:
+            del self._loading[k]
+        if unloaded and self._membership is not None:
+            self._membership.released(unloaded)
         if gone:
             self.commit()
             by_cluster: dict[str, list[TopicPartition]] = {}
@@ -520,19 +576,73 @@ class StreamConsumer:
         for k in new:
             by_cluster_new.setdefault(k.cluster, []).append(k)
         for cluster, keys in by_cluster_new.items():
-            consumer = self._consumer(cluster)
-            restored = self._commit_stores[cluster].load([(k.topic, k.partition) for k in keys])
-            tps = []
             for k in keys:
-                lane, prio = wanted[k]
-                state = PartitionState(k, lane, prio)
-                progress, committed = restored.get((k.topic, k.partition), (None, None))
-                state.restore(progress, committed)
-                self._states[k] = state
-                self._states_by_cluster.setdefault(k.cluster, {})[(k.topic, k.partition)] = state
-                start = state.base if state.base is not None else OFFSET_BEGINNING
-                tps.append(TopicPartition(k.topic, k.partition, start))
-            consumer.incremental_assign(tps)
+                self._loading[k] = wanted[k]
+            self._start_load(cluster, keys)
+        if by_cluster_new:
+            self._adopt_loads(_LOAD_WAIT_S)
+
+    def _start_load(self, cluster: str, keys: list[PartitionKey]) -> None:
+        """Read where ``keys`` (partitions of ``cluster``) start, in the background."""
+        self._consumer(cluster)  # its clients and commit store, made on first use
+        conf = consumer_config(self._bootstrap(cluster), self.group, self._extra)
+        store_args = (self._bootstrap(cluster), self.stream, self.group)
+        self._loads.append(_OffsetsLoad(cluster, keys, store_args, conf))
+
+    def _adopt_loads(self, wait_s: float = 0.0) -> None:
+        """Start reading the partitions whose committed progress is in (waiting up to
+        ``wait_s`` for the loads in flight); a failed load is logged and tried again
+        after _LOAD_RETRY_S, while every other partition is read (hold the lock)."""
+        now = time.monotonic()
+        deadline = now + wait_s
+        if self._failed_loads:
+            due = [f for f in self._failed_loads if f[0] <= now]
+            self._failed_loads = [f for f in self._failed_loads if f[0] > now]
+            for _, cluster, keys in due:
+                keys = [k for k in keys if k in self._loading]
+                if keys:
+                    self._start_load(cluster, keys)
+        in_flight: list[_OffsetsLoad] = []
+        for load in self._loads:
+            if not load.done.wait(max(0.0, deadline - time.monotonic())):
+                in_flight.append(load)
+                continue
+            keys = [k for k in load.keys if k in self._loading]  # still ours to read
+            if not keys:
+                continue
+            if load.error is not None:
+                log.warning(
+                    "cluster %s (%s): where to start %d partitions could not be read (%s); "
+                    "the other clusters are read meanwhile, trying again in %.0f s",
+                    load.cluster,
+                    self._bootstraps.get(load.cluster, "?"),
+                    len(keys),
+                    load.error,
+                    _LOAD_RETRY_S,
+                )
+                self._failed_loads.append((time.monotonic() + _LOAD_RETRY_S, load.cluster, keys))
+                continue
+            self._start_reading(load.cluster, keys, load.restored)
+        self._loads = in_flight
+
+    def _start_reading(
+        self,
+        cluster: str,
+        keys: list[PartitionKey],
+        restored: Restored,
+    ) -> None:
+        """Read ``keys`` from where their commits left off."""
+        tps = []
+        for k in keys:
+            lane, prio = self._loading.pop(k)
+            state = PartitionState(k, lane, prio)
+            progress, committed = restored.get((k.topic, k.partition), (None, None))
+            state.restore(progress, committed)
+            self._states[k] = state
+            self._states_by_cluster.setdefault(k.cluster, {})[(k.topic, k.partition)] = state
+            start = state.base if state.base is not None else OFFSET_BEGINNING
+            tps.append(TopicPartition(k.topic, k.partition, start))
+        self._consumer(cluster).incremental_assign(tps)
 
     # ------------------------------------------------------------------ consuming
     def __iter__(self) -> Iterator[StreamMessage]:
@@ -636,6 +746,9 @@ class StreamConsumer:
                 membership.changed.clear()
             with self._lock:
                 self._assign(pending or self._watcher.table)
+        if self._loads or self._failed_loads:
+            with self._lock:
+                self._adopt_loads()
         if self._retries:
             self._release_due_retries()
         if time.monotonic() - self._last_commit >= self.commit_interval_s:

@@ -1,0 +1,75 @@
+"""A consumer that starts while the cluster a stream failed over from is still down.
+
+That is when consumers restart (a redeploy, a crash, a new group): the stream's
+active segment is on the healthy cluster, its draining segment on the sick one. The
+consumer must read the healthy cluster at once, and the sick one's records once it is
+back, losing none. (Before, it could not start at all: reading where to start the
+draining segment's partitions waited ~30 s for the dead broker and then raised.)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from streamplane.client.consumer import StreamConsumer
+from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.producer import StreamProducer
+from streamplane.local.fleet import LocalFleet
+from tests.integration.failover.conftest import all_healthy, wait_for
+
+
+def produce(client: ControlPlaneClient, stream: str, prefix: str, n: int) -> set[bytes]:
+    values = {f"{prefix}-{i}".encode() for i in range(n)}
+    with StreamProducer(stream, control_plane=client) as producer:
+        for value in sorted(values):
+            producer.send(value)
+    return values
+
+
+def test_consumer_reads_the_healthy_cluster_while_the_old_one_is_down(
+    fo_fleet: LocalFleet, fo_client: ControlPlaneClient, fo_stream: Callable[..., str]
+) -> None:
+    stream = fo_stream("local-a", partitions=2)
+    on_a = produce(fo_client, stream, "a", 200)
+    broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
+    fo_fleet.kill_broker("local-a", broker.node_id)
+    consumer: StreamConsumer | None = None
+    down = True
+    try:
+        # The control plane's health checks fail the stream over to local-b.
+        wait_for(lambda: fo_client.routing(stream).epoch > 1, 30, "the automatic failover")
+        on_b = produce(fo_client, stream, "b", 200)
+
+        seen: set[bytes] = set()
+
+        def read_until(want: set[bytes], timeout: float, what: str) -> None:
+            assert consumer is not None
+            deadline = time.monotonic() + timeout
+            while not want <= seen and time.monotonic() < deadline:
+                for msg in consumer.poll_batch(500, 0.5):
+                    assert msg.value is not None
+                    seen.add(msg.value)
+                    msg.ack()
+            missing = want - seen
+            assert not missing, f"{len(missing)} of {what} not read in {timeout:g}s"
+
+        consumer = StreamConsumer(stream, f"restarted-{uuid.uuid4().hex[:6]}", fo_client)
+        started = time.monotonic()
+        read_until(on_b, 20, "local-b's records while local-a is down")
+        print(f"\nlocal-b's records read {time.monotonic() - started:.1f}s after open")
+        assert not seen & on_a  # local-a cannot have served anything
+
+        fo_fleet.start_broker("local-a", broker.node_id)
+        down = False
+        back = time.monotonic()
+        read_until(on_a, 90, "local-a's records once it is back")
+        print(f"local-a's records read {time.monotonic() - back:.1f}s after its restart")
+        assert seen == on_a | on_b
+    finally:
+        if consumer is not None:
+            consumer.close()
+        if down:
+            fo_fleet.start_broker("local-a", broker.node_id)
+        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
