@@ -93,6 +93,13 @@ SCHEMA = (
 
 # How long read() waits for records it knows exist before giving up on a split.
 _READ_STALL_S = 60.0
+# How long the driver waits for a partition's watermarks. A cluster that did not
+# answer the last time (the sick one a stream was failed over from) gets the short
+# probe instead, and once one of its partitions fails, the rest of it is skipped for
+# that micro-batch: a dead cluster costs each batch one short probe, not 10 s for
+# every partition it holds (planning stalled for minutes per batch before).
+_WATERMARK_TIMEOUT_S = 10.0
+_PROBE_TIMEOUT_S = 1.0
 _ARROW_BATCH_ROWS = 20_000
 
 
@@ -190,6 +197,7 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._committed: dict[PartitionKey, int] = {}
         self._available_now_cap: dict[PartitionKey, int] | None = None
         self._committed_seen: set[PartitionKey] = set()
+        self._unanswered: set[str] = set()  # clusters whose last watermark query failed
 
     # -------------------------------------------------------------- driver plumbing
     def _cp(self) -> ControlPlaneClient:
@@ -235,19 +243,31 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def _partition_infos(self, table: RoutingTable, joining: str) -> list[PartitionInfo]:
         """Watermarks of every readable partition; ``joining`` decides first-seen offsets."""
         infos: list[PartitionInfo] = []
+        failed: set[str] = set()  # clusters skipped for this batch
         for seg in self._segments(table):
             bootstrap = self._bootstrap(seg.cluster)
             consumer = self._consumer(seg.cluster)
             for p in range(seg.partitions):
                 key = PartitionKey(seg.cluster, seg.topic, p)
                 self._known[key] = _Known(seg, bootstrap)
+                if seg.cluster in failed:
+                    continue
+                timeout = (
+                    _PROBE_TIMEOUT_S if seg.cluster in self._unanswered else _WATERMARK_TIMEOUT_S
+                )
                 try:
                     low, high = consumer.get_watermark_offsets(
-                        TopicPartition(seg.topic, p), timeout=10, cached=False
+                        TopicPartition(seg.topic, p), timeout=timeout, cached=False
                     )
                 except _RawKafkaException as exc:
-                    log.warning("watermarks of %s unavailable (%s): skipped this batch", key, exc)
+                    log.warning(
+                        "watermarks of %s unavailable (%s): cluster %s skipped this batch",
+                        key, exc, seg.cluster,
+                    )  # fmt: skip
+                    failed.add(seg.cluster)
+                    self._unanswered.add(seg.cluster)
                     continue
+                self._unanswered.discard(seg.cluster)
                 if self._available_now_cap is not None:
                     high = min(high, self._available_now_cap.get(key, low))
                 self._high[key] = high

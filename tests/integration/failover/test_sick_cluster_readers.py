@@ -1,10 +1,15 @@
-"""A consumer that starts while the cluster a stream failed over from is still down.
+"""Readers that start while the cluster a stream failed over from is still down.
 
 That is when consumers restart (a redeploy, a crash, a new group): the stream's
-active segment is on the healthy cluster, its draining segment on the sick one. The
-consumer must read the healthy cluster at once, and the sick one's records once it is
-back, losing none. (Before, it could not start at all: reading where to start the
-draining segment's partitions waited ~30 s for the dead broker and then raised.)
+active segment is on the healthy cluster, its draining segment on the sick one.
+
+- A StreamConsumer must read the healthy cluster at once, and the sick one's records
+  once it is back, losing none. (Before, it could not start at all: reading where to
+  start the draining segment's partitions waited ~30 s for the dead broker and then
+  raised.)
+- The Spark source's planning must ask the dead cluster once per micro-batch, with a
+  short probe after the first failure. (Before, it waited 10 s for each of its
+  partitions in every micro-batch.)
 """
 
 from __future__ import annotations
@@ -12,11 +17,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
+from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import LocalFleet
+from streamplane.pipeline.options import parse_read_options
+from streamplane.pipeline.source import StreamplaneStreamReader
 from tests.integration.failover.conftest import all_healthy, wait_for
 
 
@@ -28,8 +37,49 @@ def produce(client: ControlPlaneClient, stream: str, prefix: str, n: int) -> set
     return values
 
 
-def test_consumer_reads_the_healthy_cluster_while_the_old_one_is_down(
-    fo_fleet: LocalFleet, fo_client: ControlPlaneClient, fo_stream: Callable[..., str]
+class CountedWatermarks:
+    """A cluster's client in the Spark source's driver, counting watermark queries."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.timeouts: list[float] = []
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> Any:
+        self.timeouts.append(timeout)
+        return self.client.get_watermark_offsets(tp, timeout=timeout, cached=cached)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def spark_source_planning(cp: ControlPlaneProcess, client: ControlPlaneClient, stream: str) -> None:
+    """Two micro-batches' planning with local-a down: its partitions are skipped after
+    one query each time, local-b's are all planned."""
+    options = {"stream": stream, "group": "spark-sick", "controlPlane": cp.url, "token": cp.token}
+    reader = StreamplaneStreamReader(parse_read_options(options))
+    try:
+        counted = CountedWatermarks(reader._consumer("local-a"))
+        reader._consumers["local-a"] = counted  # type: ignore[assignment]
+        table = client.routing(stream)
+        on_b = {
+            (s.topic, p)
+            for s in table.readable(table.lanes)
+            if s.cluster == "local-b"
+            for p in range(s.partitions)
+        }
+        for _ in range(2):
+            infos = reader._partition_infos(table, "earliest")
+            assert {(i.key.topic, i.key.partition) for i in infos} == on_b
+        assert counted.timeouts == [10.0, 1.0], counted.timeouts
+    finally:
+        reader.stop()
+
+
+def test_readers_read_the_healthy_cluster_while_the_old_one_is_down(
+    fo_fleet: LocalFleet,
+    fo_control_plane: ControlPlaneProcess,
+    fo_client: ControlPlaneClient,
+    fo_stream: Callable[..., str],
 ) -> None:
     stream = fo_stream("local-a", partitions=2)
     on_a = produce(fo_client, stream, "a", 200)
@@ -41,6 +91,7 @@ def test_consumer_reads_the_healthy_cluster_while_the_old_one_is_down(
         # The control plane's health checks fail the stream over to local-b.
         wait_for(lambda: fo_client.routing(stream).epoch > 1, 30, "the automatic failover")
         on_b = produce(fo_client, stream, "b", 200)
+        spark_source_planning(fo_control_plane, fo_client, stream)
 
         seen: set[bytes] = set()
 
