@@ -294,36 +294,39 @@ class _LaneBuffer:
 
 class _OffsetsLoad:
     """The committed progress of some partitions of one cluster, read on a thread of its
-    own through a client of its own (so closing the consumer never waits for a cluster
-    that does not answer, nor closes a client in use). ``done`` is set once
-    ``restored`` or ``error`` is."""
+    own (through the cluster's ``CommitStore``). ``done`` is set once ``restored`` or
+    ``error`` is."""
 
-    def __init__(
-        self,
-        cluster: str,
-        keys: list[PartitionKey],
-        store_args: tuple[str, str, str],
-        conf: dict[str, Any],
-    ) -> None:
+    def __init__(self, cluster: str, keys: list[PartitionKey], store: CommitStore) -> None:
         self.cluster = cluster
         self.keys = keys
         self.done = threading.Event()
         self.restored: Restored = {}
         self.error: Exception | None = None
         threading.Thread(
-            target=self._run, args=(store_args, conf), name=f"sp-offsets-{cluster}", daemon=True
+            target=self._run, args=(store,), name=f"sp-offsets-{cluster}", daemon=True
         ).start()
 
-    def _run(self, store_args: tuple[str, str, str], conf: dict[str, Any]) -> None:
-        client = Consumer(conf)
+    def _run(self, store: CommitStore) -> None:
         try:
-            store = CommitStore(client, *store_args)
             self.restored = store.load([(k.topic, k.partition) for k in self.keys])
         except Exception as exc:  # reported, and tried again, by the consuming thread
             self.error = exc
         finally:
             self.done.set()
-            client.close()
+
+
+def _close_after(client: Consumer, loads: list[_OffsetsLoad]) -> None:
+    """Close ``client`` once ``loads`` (reading through it) are done, on a thread of its
+    own: closing a client under a read in progress is not safe, and a load from a
+    cluster that does not answer may take ~30 s, which ``close`` must not wait for."""
+
+    def close() -> None:
+        for load in loads:
+            load.done.wait()
+        client.close()
+
+    threading.Thread(target=close, name="sp-offsets-close", daemon=True).start()
 
 
 class StreamConsumer:
@@ -429,10 +432,7 @@ class StreamConsumer:
             self._watcher.stop()
             if self._membership is not None:
                 self._membership.stop(leave=True)
-            for c in [*self._consumers.values(), *self._commit_clients.values()]:
-                c.close()
-            self._consumers.clear()
-            self._commit_clients.clear()
+            self._close_clients()
             if self._dlq is not None:
                 self._dlq.close()
             raise
@@ -494,13 +494,29 @@ class StreamConsumer:
                 self._membership.stop(leave=True)  # our units move on at once
         finally:
             self._committer.stop()
-            for c in [*self._consumers.values(), *self._commit_clients.values()]:
-                c.close()
+            self._close_clients()
             for store in self._commit_stores.values():
                 store.close()
             if self._dlq is not None:
                 self._dlq.close()
             METRICS.untrack_consumer(self)  # metrics: its counts stay in the totals
+
+    def _close_clients(self) -> None:
+        """Close the Kafka clients; a committing client that a load still reads
+        through is closed once the load is done (``_close_after``)."""
+        loading: dict[str, list[_OffsetsLoad]] = {}
+        for load in self._loads:
+            if not load.done.is_set():
+                loading.setdefault(load.cluster, []).append(load)
+        for c in self._consumers.values():
+            c.close()
+        for cluster, c in self._commit_clients.items():
+            if cluster in loading:
+                _close_after(c, loading[cluster])
+            else:
+                c.close()
+        self._consumers.clear()
+        self._commit_clients.clear()
 
     # ------------------------------------------------------------------ routing
     def _bootstrap(self, cluster: str) -> str:
@@ -585,9 +601,7 @@ class StreamConsumer:
     def _start_load(self, cluster: str, keys: list[PartitionKey]) -> None:
         """Read where ``keys`` (partitions of ``cluster``) start, in the background."""
         self._consumer(cluster)  # its clients and commit store, made on first use
-        conf = consumer_config(self._bootstrap(cluster), self.group, self._extra)
-        store_args = (self._bootstrap(cluster), self.stream, self.group)
-        self._loads.append(_OffsetsLoad(cluster, keys, store_args, conf))
+        self._loads.append(_OffsetsLoad(cluster, keys, self._commit_stores[cluster]))
 
     def _adopt_loads(self, wait_s: float = 0.0) -> None:
         """Start reading the partitions whose committed progress is in (waiting up to
@@ -624,6 +638,16 @@ class StreamConsumer:
                 continue
             self._start_reading(load.cluster, keys, load.restored)
         self._loads = in_flight
+        if wait_s > 0:
+            for load in in_flight:
+                log.warning(
+                    "cluster %s (%s) has not said in %.0f s where to start %d partitions: "
+                    "they are read once it does, the other clusters meanwhile",
+                    load.cluster,
+                    self._bootstraps.get(load.cluster, "?"),
+                    wait_s,
+                    len(load.keys),
+                )
 
     def _start_reading(
         self,
