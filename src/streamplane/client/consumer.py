@@ -93,7 +93,8 @@ _DLQ_BATCH_INTERVAL_S = 0.1
 # on a thread per cluster (``_OffsetsLoad``): a cluster that does not answer (typically
 # the sick one a stream was just failed over from) must not keep the consumer from
 # reading the others. ``_assign`` waits this long for the loads it starts (a cluster
-# that answers does so in milliseconds, so its partitions are read at once);
+# that answers does so in milliseconds, so its partitions are read at once; a load of
+# an earlier call still in flight is not waited for);
 # housekeeping assigns the partitions of a slower load once it is in, and tries a
 # failed one again after _LOAD_RETRY_S.
 _LOAD_WAIT_S = 2.0
@@ -591,24 +592,37 @@ class StreamConsumer:
         by_cluster_new: dict[str, list[PartitionKey]] = {}
         for k in new:
             by_cluster_new.setdefault(k.cluster, []).append(k)
+        started = []
         for cluster, keys in by_cluster_new.items():
             for k in keys:
                 self._loading[k] = wanted[k]
-            self._start_load(cluster, keys)
-        if by_cluster_new:
-            self._adopt_loads(_LOAD_WAIT_S)
+            started.append(self._start_load(cluster, keys))
+        deadline = time.monotonic() + _LOAD_WAIT_S
+        for load in started:
+            if not load.done.wait(max(0.0, deadline - time.monotonic())):
+                log.warning(
+                    "cluster %s (%s) has not said in %.0f s where to start %d partitions: "
+                    "they are read once it does, the other clusters meanwhile",
+                    load.cluster,
+                    self._bootstraps.get(load.cluster, "?"),
+                    _LOAD_WAIT_S,
+                    len(load.keys),
+                )
+        if started:
+            self._adopt_loads()
 
-    def _start_load(self, cluster: str, keys: list[PartitionKey]) -> None:
+    def _start_load(self, cluster: str, keys: list[PartitionKey]) -> _OffsetsLoad:
         """Read where ``keys`` (partitions of ``cluster``) start, in the background."""
         self._consumer(cluster)  # its clients and commit store, made on first use
-        self._loads.append(_OffsetsLoad(cluster, keys, self._commit_stores[cluster]))
+        load = _OffsetsLoad(cluster, keys, self._commit_stores[cluster])
+        self._loads.append(load)
+        return load
 
-    def _adopt_loads(self, wait_s: float = 0.0) -> None:
-        """Start reading the partitions whose committed progress is in (waiting up to
-        ``wait_s`` for the loads in flight); a failed load is logged and tried again
-        after _LOAD_RETRY_S, while every other partition is read (hold the lock)."""
+    def _adopt_loads(self) -> None:
+        """Start reading the partitions whose committed progress is in; a failed load
+        is logged and tried again after _LOAD_RETRY_S, while every other partition is
+        read (hold the lock)."""
         now = time.monotonic()
-        deadline = now + wait_s
         if self._failed_loads:
             due = [f for f in self._failed_loads if f[0] <= now]
             self._failed_loads = [f for f in self._failed_loads if f[0] > now]
@@ -618,7 +632,7 @@ class StreamConsumer:
                     self._start_load(cluster, keys)
         in_flight: list[_OffsetsLoad] = []
         for load in self._loads:
-            if not load.done.wait(max(0.0, deadline - time.monotonic())):
+            if not load.done.is_set():
                 in_flight.append(load)
                 continue
             keys = [k for k in load.keys if k in self._loading]  # still ours to read
@@ -638,16 +652,6 @@ class StreamConsumer:
                 continue
             self._start_reading(load.cluster, keys, load.restored)
         self._loads = in_flight
-        if wait_s > 0:
-            for load in in_flight:
-                log.warning(
-                    "cluster %s (%s) has not said in %.0f s where to start %d partitions: "
-                    "they are read once it does, the other clusters meanwhile",
-                    load.cluster,
-                    self._bootstraps.get(load.cluster, "?"),
-                    wait_s,
-                    len(load.keys),
-                )
 
     def _start_reading(
         self,
