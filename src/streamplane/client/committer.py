@@ -13,6 +13,13 @@ first one including the side topic's set-up) while records are waiting.
   the one at close.
 - A commit that fails leaves its partitions in ``failed``; the consumer marks them
   dirty again at its next commit, so they are committed again (never dropped).
+- A commit to one cluster runs on a thread of its own and is waited for at most
+  ``cluster_wait_s`` (5 s): librdkafka holds a synchronous commit until the group's
+  coordinator answers, so a commit to a dead cluster blocked this thread, and with it
+  every other cluster's commits, ``StreamConsumer.commit`` and ``close``, for the whole
+  outage (measured: 45 s, the length of the outage). A commit still running then
+  counts as failed, and its cluster is skipped (its partitions failed at once) until
+  that commit returns; ``busy`` names the clusters whose client it still uses.
 """
 
 from __future__ import annotations
@@ -35,12 +42,22 @@ class ClusterCommits(Protocol):
     def commit(self, items: Sequence[tuple[str, int, PartitionProgress]]) -> object: ...
 
 
+CLUSTER_WAIT_S = 5.0
+
+
 class Committer:
-    def __init__(self, stores: Mapping[str, ClusterCommits], name: str) -> None:
+    def __init__(
+        self,
+        stores: Mapping[str, ClusterCommits],
+        name: str,
+        cluster_wait_s: float = CLUSTER_WAIT_S,
+    ) -> None:
         """``stores``: by cluster, where to commit (looked up when a commit runs, so
         clusters added later are found)."""
         self._stores = stores
         self._name = name
+        self._cluster_wait_s = cluster_wait_s
+        self._stuck: dict[str, threading.Thread] = {}  # commits still running, by cluster
         self._cond = threading.Condition()
         self._pending: dict[PartitionKey, PartitionProgress] = {}
         self._submitted = 0  # tickets handed out
@@ -104,11 +121,45 @@ class Committer:
         for key in batch:
             by_cluster.setdefault(key.cluster, []).append(key)
         for cluster, keys in by_cluster.items():
-            try:
-                self._stores[cluster].commit([(k.topic, k.partition, batch[k]) for k in keys])
-            except KafkaError as exc:
-                log.warning("commit to %s failed (%s): will retry", cluster, exc)
+            stuck = self._stuck.get(cluster)
+            if stuck is not None:
+                if stuck.is_alive():
+                    self.failed += keys
+                    continue
+                del self._stuck[cluster]
+            items = [(k.topic, k.partition, batch[k]) for k in keys]
+            ok: list[bool] = []
+            worker = threading.Thread(
+                target=self._commit_to,
+                args=(cluster, items, ok),
+                name=f"{self._name}-{cluster}",
+                daemon=True,
+            )
+            worker.start()
+            worker.join(self._cluster_wait_s)
+            if worker.is_alive():
+                log.warning(
+                    "commit to %s has not returned in %.0f s (no coordinator answers?): "
+                    "its partitions are committed again later, the other clusters' meanwhile",
+                    cluster,
+                    self._cluster_wait_s,
+                )
+                self._stuck[cluster] = worker
+            if not ok:
                 self.failed += keys
-            except Exception:  # a bug must not end the thread: the state is kept
-                log.exception("commit to %s failed: will retry", cluster)
-                self.failed += keys
+
+    def _commit_to(
+        self, cluster: str, items: list[tuple[str, int, PartitionProgress]], ok: list[bool]
+    ) -> None:
+        try:
+            self._stores[cluster].commit(items)
+            ok.append(True)
+        except KafkaError as exc:
+            log.warning("commit to %s failed (%s): will retry", cluster, exc)
+        except Exception:  # a bug must not end the committer: the state is kept
+            log.exception("commit to %s failed: will retry", cluster)
+
+    def busy(self) -> dict[str, threading.Thread]:
+        """Clusters whose commit is still running past its wait (their client is in
+        use until the thread ends)."""
+        return {c: t for c, t in list(self._stuck.items()) if t.is_alive()}

@@ -317,14 +317,15 @@ class _OffsetsLoad:
             self.done.set()
 
 
-def _close_after(client: Consumer, loads: list[_OffsetsLoad]) -> None:
-    """Close ``client`` once ``loads`` (reading through it) are done, on a thread of its
-    own: closing a client under a read in progress is not safe, and a load from a
-    cluster that does not answer may take ~30 s, which ``close`` must not wait for."""
+def _close_after(client: Consumer, waits: list[Callable[[], object]]) -> None:
+    """Close ``client`` once every one of ``waits`` returned (a load reading through it,
+    a commit still running on it), on a thread of its own: closing a client under a call
+    in progress is not safe, and a call to a cluster that does not answer may take
+    ~30 s or the whole outage, which ``close`` must not wait for."""
 
     def close() -> None:
-        for load in loads:
-            load.done.wait()
+        for wait in waits:
+            wait()
         client.close()
 
     threading.Thread(target=close, name="sp-offsets-close", daemon=True).start()
@@ -504,16 +505,19 @@ class StreamConsumer:
 
     def _close_clients(self) -> None:
         """Close the Kafka clients; a committing client that a load still reads
-        through is closed once the load is done (``_close_after``)."""
-        loading: dict[str, list[_OffsetsLoad]] = {}
+        through, or a commit still runs on, is closed once they are done
+        (``_close_after``)."""
+        busy: dict[str, list[Callable[[], object]]] = {}
         for load in self._loads:
             if not load.done.is_set():
-                loading.setdefault(load.cluster, []).append(load)
+                busy.setdefault(load.cluster, []).append(load.done.wait)
+        for cluster, thread in self._committer.busy().items():
+            busy.setdefault(cluster, []).append(thread.join)
         for c in self._consumers.values():
             c.close()
         for cluster, c in self._commit_clients.items():
-            if cluster in loading:
-                _close_after(c, loading[cluster])
+            if cluster in busy:
+                _close_after(c, busy[cluster])
             else:
                 c.close()
         self._consumers.clear()

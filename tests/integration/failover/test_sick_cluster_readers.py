@@ -14,6 +14,7 @@ active segment is on the healthy cluster, its draining segment on the sick one.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -123,4 +124,52 @@ def test_readers_read_the_healthy_cluster_while_the_old_one_is_down(
             consumer.close()
         if down:
             fo_fleet.start_broker("local-a", broker.node_id)
+        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+
+
+def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
+    fo_fleet: LocalFleet, fo_client: ControlPlaneClient, fo_stream: Callable[..., str]
+) -> None:
+    """A consumer reads both clusters; local-a dies before its progress there is
+    committed. librdkafka holds a commit to it until it answers: ``commit()`` must still
+    return, and local-b's progress be committed. (Before, commit() and close() waited
+    for the whole outage.)"""
+    stream = fo_stream("local-a", partitions=2)
+    on_a = produce(fo_client, stream, "a", 300)
+    fo_client.failover(stream, "local-b")
+    on_b = produce(fo_client, stream, "b", 300)
+    group = f"dirty-{uuid.uuid4().hex[:6]}"
+    seen: set[bytes] = set()
+
+    def read(consumer: StreamConsumer, want: set[bytes], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not want <= seen and time.monotonic() < deadline:
+            for msg in consumer.poll_batch(500, 0.5):
+                assert msg.value is not None
+                seen.add(msg.value)
+                msg.ack()
+
+    consumer = StreamConsumer(stream, group, fo_client, commit_interval_s=600)
+    read(consumer, on_a | on_b, 60)
+    assert seen == on_a | on_b
+    broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
+    fo_fleet.kill_broker("local-a", broker.node_id)
+    try:
+        committed = threading.Event()
+
+        def commit_and_close() -> None:
+            consumer.commit()
+            consumer.close()
+            committed.set()
+
+        threading.Thread(target=commit_and_close, daemon=True).start()
+        assert committed.wait(30), "commit() and close() waited for the dead cluster"
+        # local-b's progress is committed: the group's next member has nothing of it to
+        # redo (local-a's partitions wait for local-a meanwhile).
+        seen.clear()
+        with StreamConsumer(stream, group, fo_client) as again:
+            read(again, {b"never"}, 5)
+        assert not seen & on_b, f"{len(seen & on_b)} of local-b's records read again"
+    finally:
+        fo_fleet.start_broker("local-a", broker.node_id)
         wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")

@@ -115,3 +115,27 @@ def test_the_partitions_of_a_failed_commit_are_committed_again(clock: Clock) -> 
     store.fail = None
     c.commit()  # nothing acked since: only the failure makes the partition dirty
     assert store.calls == [[(KEY.topic, KEY.partition, 2)]]
+
+
+def test_a_commit_that_does_not_return_holds_up_no_other_cluster() -> None:
+    """librdkafka holds a synchronous commit until a coordinator answers: a dead
+    cluster's commit must not stop the others', nor ``submit(wait=True)``."""
+    dead, alive = Store(), Store()
+    dead.hold()
+    committer = Committer({"local-a": dead, "local-b": alive}, "test-commit", cluster_wait_s=0.2)
+    on_a, on_b = KEY, PartitionKey("local-b", KEY.topic, 0)
+    committer.submit([(on_a, progress(1)), (on_b, progress(1))], wait=True)
+    assert dead.entered.is_set() and alive.calls == [[(KEY.topic, 0, 1)]]
+    assert committer.take_failed() == [on_a]
+    assert set(committer.busy()) == {"local-a"}
+    # While it is stuck, its cluster is skipped at once and the other goes on.
+    committer.submit([(on_a, progress(2)), (on_b, progress(2))], wait=True)
+    assert alive.calls[-1] == [(KEY.topic, 0, 2)]
+    assert committer.take_failed() == [on_a]
+    dead.released.set()  # the coordinator answers: the stuck commit returns
+    committer.busy()["local-a"].join(5)
+    assert committer.busy() == {}
+    committer.submit([(on_a, progress(3))], wait=True)
+    assert dead.calls[-1] == [(KEY.topic, 0, 3)]
+    assert committer.take_failed() == []
+    committer.stop()
