@@ -38,6 +38,20 @@ def produce(client: ControlPlaneClient, stream: str, prefix: str, n: int) -> set
     return values
 
 
+def read_into(
+    seen: set[bytes], consumer: StreamConsumer, want: set[bytes], timeout: float
+) -> set[bytes]:
+    """Poll and ack until every value of ``want`` is in ``seen`` or ``timeout`` passes;
+    what of ``want`` is still missing."""
+    deadline = time.monotonic() + timeout
+    while not want <= seen and time.monotonic() < deadline:
+        for msg in consumer.poll_batch(500, 0.5):
+            assert msg.value is not None
+            seen.add(msg.value)
+            msg.ack()
+    return want - seen
+
+
 class CountedWatermarks:
     """A cluster's client in the Spark source's driver, counting watermark queries."""
 
@@ -98,13 +112,7 @@ def test_readers_read_the_healthy_cluster_while_the_old_one_is_down(
 
         def read_until(want: set[bytes], timeout: float, what: str) -> None:
             assert consumer is not None
-            deadline = time.monotonic() + timeout
-            while not want <= seen and time.monotonic() < deadline:
-                for msg in consumer.poll_batch(500, 0.5):
-                    assert msg.value is not None
-                    seen.add(msg.value)
-                    msg.ack()
-            missing = want - seen
+            missing = read_into(seen, consumer, want, timeout)
             assert not missing, f"{len(missing)} of {what} not read in {timeout:g}s"
 
         consumer = StreamConsumer(stream, f"restarted-{uuid.uuid4().hex[:6]}", fo_client)
@@ -140,17 +148,8 @@ def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
     on_b = produce(fo_client, stream, "b", 300)
     group = f"dirty-{uuid.uuid4().hex[:6]}"
     seen: set[bytes] = set()
-
-    def read(consumer: StreamConsumer, want: set[bytes], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not want <= seen and time.monotonic() < deadline:
-            for msg in consumer.poll_batch(500, 0.5):
-                assert msg.value is not None
-                seen.add(msg.value)
-                msg.ack()
-
     consumer = StreamConsumer(stream, group, fo_client, commit_interval_s=600)
-    read(consumer, on_a | on_b, 60)
+    read_into(seen, consumer, on_a | on_b, 60)
     assert seen == on_a | on_b
     broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
     fo_fleet.kill_broker("local-a", broker.node_id)
@@ -168,7 +167,7 @@ def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
         # redo (local-a's partitions wait for local-a meanwhile).
         seen.clear()
         with StreamConsumer(stream, group, fo_client) as again:
-            read(again, {b"never"}, 5)
+            read_into(seen, again, {b"never"}, 5)
         assert not seen & on_b, f"{len(seen & on_b)} of local-b's records read again"
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
