@@ -40,6 +40,9 @@ from streamplane.kafka.clients import consumer_config, producer_config
 
 log = logging.getLogger(__name__)
 
+# Where partitions start: (committed progress, committed offset) by (topic, partition).
+Restored = dict[tuple[str, int], tuple[PartitionProgress | None, int | None]]
+
 # Errors that only mean "ask again shortly" while a group coordinator moves or loads.
 _COORDINATOR_MOVING = frozenset(
     {
@@ -195,14 +198,12 @@ class CommitStore:
             return self._side_producer
 
     # ------------------------------------------------------------------ load
-    def load(
-        self, tps: Sequence[tuple[str, int]]
-    ) -> dict[tuple[str, int], tuple[PartitionProgress | None, int | None]]:
+    def load(self, tps: Sequence[tuple[str, int]]) -> Restored:
         """Committed (progress, offset) per partition; (None, None) when never committed."""
         if not tps:
             return {}
         committed = self._committed([TopicPartition(t, p) for t, p in tps])
-        out: dict[tuple[str, int], tuple[PartitionProgress | None, int | None]] = {}
+        out: Restored = {}
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else None
             progress: PartitionProgress | None = None

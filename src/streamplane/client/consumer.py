@@ -41,7 +41,7 @@ from typing import Any, Self
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from confluent_kafka import KafkaException as _RawKafkaException
 
-from streamplane.client.commit_store import CommitStore
+from streamplane.client.commit_store import CommitStore, Restored
 from streamplane.client.committer import Committer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.dlq_writer import DlqWriter, Letter, Write
@@ -52,7 +52,6 @@ from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
-from streamplane.core.commitlog import PartitionProgress
 from streamplane.core.routing import DLQ_LANE, RoutingTable
 from streamplane.exceptions import ConfigError
 from streamplane.kafka.clients import consume_available, consumer_config
@@ -60,8 +59,6 @@ from streamplane.kafka.clients import consume_available, consumer_config
 log = logging.getLogger(__name__)
 
 Handler = Callable[["StreamMessage"], object]
-# Where partitions start: (committed progress, committed offset) by (topic, partition).
-Restored = dict[tuple[str, int], tuple[PartitionProgress | None, int | None]]
 
 # Housekeeping (routing, retries, dlq callbacks, commits, flow control) runs at least
 # every so many records or every so many seconds, whichever comes first, even while
@@ -328,7 +325,7 @@ def _close_after(client: Consumer, waits: list[Callable[[], object]]) -> None:
             wait()
         client.close()
 
-    threading.Thread(target=close, name="sp-offsets-close", daemon=True).start()
+    threading.Thread(target=close, name="sp-client-close", daemon=True).start()
 
 
 class StreamConsumer:
