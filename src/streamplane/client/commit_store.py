@@ -55,6 +55,10 @@ _COORDINATOR_MOVING = frozenset(
     }
 )
 
+# How often a budget that could not be read (the brokers did not answer: the fallback of
+# 4096 is in use) is read again.
+_BUDGET_RETRY_S = 30.0
+
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
 
 
@@ -65,6 +69,7 @@ class CommitStore:
         self._stream = stream
         self._group = group
         self._budget: int | None = None
+        self._budget_retry_at: float | None = None  # set while the budget is a fallback
         self._side_producer: Producer | None = None
         self._closed = False
         self._side_setup_started = False
@@ -112,9 +117,13 @@ class CommitStore:
 
         That is the smallest ``offset.metadata.max.bytes`` minus one: measured against
         Kafka 4.4, a metadata string of exactly ``offset.metadata.max.bytes`` characters
-        is refused (OFFSET_METADATA_TOO_LARGE), one character less is accepted.
+        is refused (OFFSET_METADATA_TOO_LARGE), one character less is accepted. When the
+        brokers do not answer (the cluster is down as the consumer starts), Kafka's
+        default (4096) stands in and the read is tried again every 30 s, so a cluster
+        configured lower is not sent metadata it refuses for good.
         """
-        if self._budget is None:
+        retry_at = self._budget_retry_at
+        if self._budget is None or (retry_at is not None and time.monotonic() >= retry_at):
             admin = KafkaAdmin(self._bootstrap)
             try:
                 ids = list(admin.metadata().brokers)
@@ -122,9 +131,16 @@ class CommitStore:
                     int(admin.describe_broker_configs(i)["offset.metadata.max.bytes"]) for i in ids
                 ]
                 self._budget = (min(values) if values else DEFAULT_MAX_BYTES) - 1
+                self._budget_retry_at = None
             except (KafkaError, KeyError, ValueError) as exc:
-                log.warning("could not read offset.metadata.max.bytes (%s); assuming 4096", exc)
-                self._budget = DEFAULT_MAX_BYTES - 1
+                if self._budget is None:
+                    log.warning(
+                        "could not read offset.metadata.max.bytes on %s (%s): assuming %d "
+                        "until it can be read",
+                        self._bootstrap, exc, DEFAULT_MAX_BYTES,
+                    )  # fmt: skip
+                    self._budget = DEFAULT_MAX_BYTES - 1
+                self._budget_retry_at = time.monotonic() + _BUDGET_RETRY_S
         return self._budget
 
     # ------------------------------------------------------------------ commit
@@ -198,11 +214,12 @@ class CommitStore:
             return self._side_producer
 
     # ------------------------------------------------------------------ load
-    def load(self, tps: Sequence[tuple[str, int]]) -> Restored:
-        """Committed (progress, offset) per partition; (None, None) when never committed."""
+    def load(self, tps: Sequence[tuple[str, int]], timeout_s: float = 30.0) -> Restored:
+        """Committed (progress, offset) per partition; (None, None) when never committed.
+        Raises KafkaError if the group coordinator has not answered in ``timeout_s``."""
         if not tps:
             return {}
-        committed = self._committed([TopicPartition(t, p) for t, p in tps])
+        committed = self._committed([TopicPartition(t, p) for t, p in tps], timeout_s)
         out: Restored = {}
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else None
@@ -230,7 +247,7 @@ class CommitStore:
         delay = 0.1
         while True:
             try:
-                return list(self._consumer.committed(tps, timeout=10))
+                return list(self._consumer.committed(tps, timeout=min(10.0, timeout_s)))
             except _RawKafkaException as exc:
                 err = to_kafka_error(exc, "read committed offsets")
                 transient = err.retriable or err.code in _COORDINATOR_MOVING
