@@ -107,6 +107,13 @@ def control_plane() -> None:
 @click.option(
     "--sealing/--no-sealing", default=True, show_default=True, help="Seal and retire segments."
 )
+@click.option(
+    "--lease-ttl",
+    type=click.FloatRange(min=0.1, max=60),
+    default=1.5,
+    show_default=True,
+    help="Assigner: a member's work units are leased this many seconds past its heartbeat.",
+)
 def serve(
     db_url: str,
     host: str,
@@ -122,6 +129,7 @@ def serve(
     health_failover: bool,
     seal_grace: float,
     sealing: bool,
+    lease_ttl: float,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -148,7 +156,9 @@ def serve(
             seal_grace=seal_grace,
             sealing_enabled=sealing,
         )
-        settings = ControlPlaneSettings(db_url=db_url, api_token=token, failover=failover)
+        settings = ControlPlaneSettings(
+            db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
