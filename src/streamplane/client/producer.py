@@ -6,6 +6,14 @@ records already handed to the old cluster's producer are still delivered there (
 old segment is draining and consumers read it to its end). Every cluster gets one
 idempotent producer with ``acks=all``, so a retry never duplicates a record.
 
+A producer the routing left (a retired one) is kept until its queue is empty: its
+reports are served with the others', and ``flush``/``close`` wait for its records like
+any others (when the old cluster is down, ``flush`` raises ``ProduceError`` naming how
+many records wait for which cluster, rather than returning while they are undelivered;
+they are still delivered once it answers, within librdkafka's ``message.timeout.ms``).
+Moving them to the new segment instead is not possible without loss: librdkafka hands
+a purged record back without its headers.
+
 Delivery errors reach the caller: through ``on_delivery`` when given, otherwise they
 are collected and ``flush()`` raises ``ProduceError``.
 
@@ -20,10 +28,9 @@ histogram comes from librdkafka's latency windows (``statistics.interval.ms``).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -38,8 +45,6 @@ from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
 from streamplane.exceptions import ConfigError, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
-
-log = logging.getLogger(__name__)
 
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
@@ -61,7 +66,8 @@ class _TopicCounts:
     __slots__ = ("acked", "failed", "metric_key", "producer", "published_sent", "sent")
 
     def __init__(self, producer: Producer, metric_key: tuple[str, str]) -> None:
-        self.producer = producer
+        # Its queue (``len``); _NOTHING_QUEUED once a retired producer is let go.
+        self.producer: Sized = producer
         self.metric_key = metric_key  # (stream, lane)
         self.sent = 0  # records handed to produce()
         self.published_sent = 0
@@ -76,6 +82,16 @@ class _Route:
     cluster: str
     epoch: int
     counts: _TopicCounts
+
+
+class _NothingQueued:
+    """The queue of a retired producer that was let go: empty for good."""
+
+    def __len__(self) -> int:
+        return 0
+
+
+_NOTHING_QUEUED = _NothingQueued()
 
 
 class _OwnReport:
@@ -135,6 +151,9 @@ class StreamProducer:
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.Lock()
         self._producers: dict[str, Producer] = {}
+        # Producers of clusters the routing left, as (cluster, producer), kept until
+        # their queue is empty (replaced, never mutated: read without the lock).
+        self._retired: list[tuple[str, Producer]] = []
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
@@ -195,6 +214,7 @@ class StreamProducer:
             self.flush(timeout)
         finally:
             self._producers.clear()
+            self._retired = []
 
     @property
     def epoch(self) -> int:
@@ -244,10 +264,8 @@ class StreamProducer:
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
             self._epoch = table.epoch
-            retired = [self._producers.pop(c) for c in old_clusters]
-        for producer in retired:
             # Records already queued for the old cluster are still delivered there.
-            threading.Thread(target=_drain, args=(producer,), daemon=True).start()
+            self._retired = self._retired + [(c, self._producers.pop(c)) for c in old_clusters]
 
     # ------------------------------------------------------------------ sending
     def send(
@@ -302,6 +320,8 @@ class StreamProducer:
         if self._sent_since_poll >= _POLL_EVERY:
             self._sent_since_poll = 0
             producer.poll(0)
+            if self._retired:
+                self._serve_retired()
             self._report_deliveries()
 
     def send_batch(self, records: Iterable[Record], lane: str | None = None) -> list[int]:
@@ -346,10 +366,20 @@ class StreamProducer:
         return route
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait for every queued record; raises ProduceError if any could not be delivered."""
+        """Wait for every queued record, those queued for a cluster the stream has left
+        included; raises ProduceError if any could not be delivered."""
         remaining = self.drain(timeout)
         if remaining:
-            raise ProduceError(f"{remaining} records still undelivered after {timeout:.0f}s")
+            left = [(cluster, len(p)) for cluster, p in self._retired if len(p)]
+            where = "".join(
+                f"; {n} queued for {cluster}, which the stream left (they are delivered "
+                "there once it answers)"
+                for cluster, n in left
+            )
+            raise ProduceError(
+                f"{remaining} records of stream {self.stream!r} still undelivered after "
+                f"{timeout:g}s{where}"
+            )
         self.raise_failures()
 
     def drain(self, timeout: float) -> int:
@@ -358,8 +388,10 @@ class StreamProducer:
         them, ``take_failures`` hands them over)."""
         deadline = time.monotonic() + timeout
         remaining = 0
-        for producer in list(self._producers.values()):
+        producers = [*self._producers.values(), *(p for _, p in self._retired)]
+        for producer in producers:
             remaining += producer.flush(max(0.0, deadline - time.monotonic()))
+        self._serve_retired()
         self._report_deliveries()
         return remaining
 
@@ -367,10 +399,8 @@ class StreamProducer:
         """Records sent and not done: neither acknowledged nor reported failed (a
         failure counts until its report is served by ``poll``). 0 means every record
         sent so far was acknowledged, or is in ``take_failures``."""
-        producers = {id(p): p for p in self._producers.values()}
-        for counts in [*self._counts.values(), *self._retired_counts]:
-            producers[id(counts.producer)] = counts.producer  # retired ones still draining
-        return sum(len(p) for p in producers.values())
+        producers = [*self._producers.values(), *(p for _, p in self._retired)]
+        return sum(len(p) for p in producers)
 
     def take_failures(self) -> list[tuple[_RawKafkaError, Message]]:
         """The failed deliveries reported so far without a caller's callback, as
@@ -383,7 +413,26 @@ class StreamProducer:
         """Serve delivery callbacks (``send`` also does, every so often)."""
         for producer in list(self._producers.values()):
             producer.poll(timeout)
+        self._serve_retired()
         self._report_deliveries()
+
+    def _serve_retired(self) -> None:
+        """Serve the retired producers' reports; let go of those with nothing queued
+        (their counts are final: published, then kept without the producer)."""
+        retired = self._retired
+        if not retired:
+            return
+        for _, producer in retired:
+            producer.poll(0)
+        if all(len(p) for _, p in retired):
+            return
+        self._report_deliveries()
+        with self._lock:  # _apply may be adding one
+            done = {id(p) for _, p in self._retired if not len(p)}
+            self._retired = [(c, p) for c, p in self._retired if id(p) not in done]
+            for counts in [*self._counts.values(), *self._retired_counts]:
+                if id(counts.producer) in done:
+                    counts.producer = _NOTHING_QUEUED
 
     def raise_failures(self) -> None:
         """Raise ProduceError for records that failed without a caller's callback."""
@@ -429,9 +478,3 @@ class StreamProducer:
             if settled > counts.acked:
                 acked[counts.metric_key] += settled - counts.acked
                 counts.acked = settled
-
-
-def _drain(producer: Producer) -> None:
-    remaining = producer.flush(60)
-    if remaining:
-        log.error("%d records not delivered to a retired segment's cluster", remaining)

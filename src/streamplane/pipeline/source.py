@@ -36,7 +36,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,9 @@ _READ_STALL_S = 60.0
 # every partition it holds (planning stalled for minutes per batch before).
 _WATERMARK_TIMEOUT_S = 10.0
 _PROBE_TIMEOUT_S = 1.0
+# How long planning waits for a group's committed offsets (retrying while its
+# coordinator moves) before it leaves the partitions for the next micro-batch.
+_COMMITTED_TIMEOUT_S = 10.0
 _ARROW_BATCH_ROWS = 20_000
 
 
@@ -240,8 +243,11 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         lanes = self.options.lanes or table.lanes
         return table.readable(lanes)
 
-    def _partition_infos(self, table: RoutingTable, joining: str) -> list[PartitionInfo]:
-        """Watermarks of every readable partition; ``joining`` decides first-seen offsets."""
+    def _partition_infos(
+        self, table: RoutingTable, joining: str, started: Collection[PartitionKey] = ()
+    ) -> list[PartitionInfo]:
+        """Watermarks of every readable partition; ``joining`` decides where partitions
+        not ``started`` (not in the micro-batch's start offset) join."""
         infos: list[PartitionInfo] = []
         failed: set[str] = set()  # clusters skipped for this batch
         for seg in self._segments(table):
@@ -283,22 +289,36 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                     )
                 )
         if joining == "committed":
-            infos = self._with_committed(infos)
+            infos = self._with_committed(infos, started)
         return infos
 
-    def _with_committed(self, infos: list[PartitionInfo]) -> list[PartitionInfo]:
-        """Join first-seen partitions at the group's committed offset when it has one."""
+    def _with_committed(
+        self, infos: list[PartitionInfo], started: Collection[PartitionKey]
+    ) -> list[PartitionInfo]:
+        """Join first-seen partitions at the group's committed offset when it has one.
+
+        A partition whose committed offset cannot be read (its group coordinator does
+        not answer) is left out of this micro-batch and asked again at the next one:
+        joining it at its beginning instead would read again everything the group had
+        already done."""
         by_cluster: dict[str, list[PartitionInfo]] = {}
         for info in infos:
-            if info.key not in self._committed_seen:
+            if info.key not in self._committed_seen and info.key not in started:
                 by_cluster.setdefault(info.key.cluster, []).append(info)
         replaced: dict[PartitionKey, PartitionInfo] = {}
+        deferred: set[PartitionKey] = set()
         for cluster, items in by_cluster.items():
             try:
-                loaded = self._store(cluster).load([(i.key.topic, i.key.partition) for i in items])
+                loaded = self._store(cluster).load(
+                    [(i.key.topic, i.key.partition) for i in items], timeout_s=_COMMITTED_TIMEOUT_S
+                )
             except KafkaError as exc:
-                log.warning("committed offsets on %s unreadable (%s): joining at earliest",
-                            cluster, exc)  # fmt: skip
+                log.warning(
+                    "committed offsets of %d partitions on %s unreadable (%s): they join "
+                    "once the group's progress can be read",
+                    len(items), cluster, exc,
+                )  # fmt: skip
+                deferred.update(i.key for i in items)
                 continue
             for info in items:
                 self._committed_seen.add(info.key)
@@ -308,7 +328,7 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                         info.key, info.lane, info.priority, info.segment_epoch, offset,
                         info.end_offset,
                     )  # fmt: skip
-        return [replaced.get(i.key, i) for i in infos]
+        return [replaced.get(i.key, i) for i in infos if i.key not in deferred]
 
     # -------------------------------------------------------------- Spark API (driver)
     def initialOffset(self) -> dict[str, Any]:
@@ -337,7 +357,7 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             if self.options.starting_offsets == "latest"
             else (self.options.starting_offsets)
         )
-        infos = self._partition_infos(table, joining)
+        infos = self._partition_infos(table, joining, begin.partitions)
         end = plan_end(begin, infos, _limit(limit, self.options), table.epoch)
         return end.to_json()
 

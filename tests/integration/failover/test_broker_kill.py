@@ -12,7 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.exceptions import ProduceError
 from streamplane.local.fleet import LocalFleet
 from tests.integration.failover.conftest import (
     ConsumeTrace,
@@ -50,11 +53,21 @@ def test_broker_kill_fails_over_and_loses_nothing(
             auto = [e for e in audit if e["action"] == "stream.failover"]
             assert auto and auto[0]["actor"] == "health"
             time.sleep(1.0)
+            load.stop(flush_s=0.0)
+            # Records sent to local-a before the switch wait for it: flush says so
+            # rather than returning while they are undelivered (and close, which
+            # flushes, would have dropped them).
+            stuck = load.producer.queued()
+            assert stuck > 0
+            with pytest.raises(ProduceError, match="queued for local-a, which the stream left"):
+                load.producer.flush(1.0)
+            print(f"{stuck} records queued for local-a while it was down")
         finally:
-            load.stop(flush_s=1.0)  # records queued for dead local-a stay queued
+            load.stop(flush_s=0.0)
             fo_fleet.start_broker("local-a", broker.node_id)
         # The old producer's queue drains to local-a once it is back.
         load.producer.flush(60)
+        assert load.failed == 0 and len(load.acked) == load.sent  # every record delivered
         acked = set(load.acked)
         assert len(acked) > 1000
         trace = ConsumeTrace()

@@ -10,13 +10,18 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from streamplane.client.commit_store import CommitStore
 from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import decode
+from streamplane.exceptions import KafkaError
 from streamplane.kafka.clients import consumer_config, producer_config
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
+from streamplane.pipeline.options import parse_read_options
+from streamplane.pipeline.planning import SourceOffset
+from streamplane.pipeline.source import StreamplaneStreamReader
 
 
 def _read_all(spark: Any, options: dict[str, str], checkpoint: Path, name: str) -> Any:
@@ -162,6 +167,69 @@ def test_unknown_lane_and_unreachable_control_plane(
         base.option("controlPlane", control_plane.url).option("lanes", "nope").load()
     with pytest.raises(Exception, match="unreachable"):
         base.option("controlPlane", "http://127.0.0.1:9").load()
+
+
+class UnansweredOnce:
+    """A cluster's commit store whose first read of committed offsets fails, as when
+    the group coordinator does not answer."""
+
+    def __init__(self, store: CommitStore) -> None:
+        self.store = store
+        self.loads = 0
+
+    def load(self, tps: Any, timeout_s: float = 30.0) -> Any:
+        self.loads += 1
+        if self.loads == 1:
+            raise KafkaError("read committed offsets: Local: Timed out")
+        return self.store.load(tps, timeout_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_new_query_waits_for_the_groups_progress_rather_than_rereading(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """startingOffsets=committed: a partition whose committed offset cannot be read when
+    a new query starts joins at that offset once it can, not at its beginning (which
+    would read again everything the group had done)."""
+    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
+    with control_plane.client() as client, StreamProducer(stream, client) as producer:
+        for i in range(100):
+            producer.send(f"v{i}")
+    options = {
+        "stream": stream,
+        "group": f"g-{uuid.uuid4().hex[:8]}",
+        "controlPlane": control_plane.url,
+        "token": control_plane.token,
+    }
+
+    def reader() -> StreamplaneStreamReader:
+        return StreamplaneStreamReader(parse_read_options(options))
+
+    first = reader()
+    try:
+        start = SourceOffset.from_json(first.initialOffset())
+        ((key, begin),) = start.partitions.items()
+        assert begin == 0
+        first.commit(SourceOffset(start.epoch, {key: 60}).to_json())  # the group's progress
+    finally:
+        first.stop()
+
+    second = reader()
+    try:
+        store = UnansweredOnce(second._store("local-a"))
+        second._stores["local-a"] = store  # type: ignore[assignment]
+        initial = second.initialOffset()
+        assert SourceOffset.from_json(initial).partitions == {}  # not joined at 0
+        end = SourceOffset.from_json(second.latestOffset(initial, second.getDefaultReadLimit()))
+        assert end.partitions == {key: 60}  # joined where the group was
+        assert store.loads == 2
+        end = SourceOffset.from_json(second.latestOffset(end.to_json(), ReadAllAvailable()))
+        assert end.partitions == {key: 100}
+        assert store.loads == 2  # a partition in the start offset is not asked again
+    finally:
+        second.stop()
 
 
 def test_commit_carries_the_ingestion_time_at_the_low_watermark(
