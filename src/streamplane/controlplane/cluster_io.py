@@ -11,13 +11,14 @@ tests give a stub.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
 from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
     KafkaException,
     Producer,
     TopicPartition,
@@ -26,6 +27,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamplane.exceptions import KafkaError
 from streamplane.kafka.admin import QUIET, to_kafka_error
+from streamplane.ops.kafka_ops import KafkaOpsAdmin
 
 HEALTH_TOPIC = "__streamplane_health"
 _HEALTH_RETENTION_MS = str(3600 * 1000)
@@ -65,10 +67,15 @@ class KafkaClusterIO:
         )
         self._topic_ready = False
         self._lock = threading.Lock()
+        self._groups_admin: KafkaOpsAdmin | None = None  # committed offsets (kafka-python)
 
     def close(self) -> None:
         self._producer.purge()
         self._producer.flush(0)
+        if self._groups_admin is not None:
+            with contextlib.suppress(Exception):
+                self._groups_admin.close()
+            self._groups_admin = None
 
     def probe(self, timeout: float) -> None:
         with self._lock:
@@ -126,31 +133,31 @@ class KafkaClusterIO:
             }
         except KafkaException as exc:
             raise to_kafka_error(exc, f"end offsets of {topic}") from exc
+        except FutureTimeout:
+            raise KafkaError(
+                f"end offsets of {topic}: no answer in {timeout:g}s", code="_TIMED_OUT"
+            ) from None
 
     def committed(
         self, topics: Mapping[str, int], timeout: float
     ) -> dict[str, dict[str, dict[int, int]]]:
         """Group -> topic -> partition -> committed offset, for groups that committed on
-        at least one of ``topics`` (topic -> partition count)."""
+        at least one of ``topics`` (topic -> partition count).
+
+        Read over kafka-python (``KafkaOpsAdmin.committed_offsets``), not this object's
+        confluent-kafka AdminClient: librdkafka 2.16 aborts the whole process (assertion
+        ``eonce->refcnt > 0``) when a ListConsumerGroupOffsets call times out while the
+        group's coordinator is down, which took the control plane down with a cluster.
+        A client that failed is dropped and a new one connects on the next call."""
         try:
-            listing = self._admin.list_consumer_groups(request_timeout=timeout).result(
-                timeout=timeout
-            )
-        except KafkaException as exc:
-            raise to_kafka_error(exc, "list consumer groups") from exc
-        partitions = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
-        out: dict[str, dict[str, dict[int, int]]] = {}
-        for group in sorted(g.group_id for g in listing.valid):
-            request = [ConsumerGroupTopicPartitions(group, partitions)]
-            try:
-                futures = self._admin.list_consumer_group_offsets(request, request_timeout=timeout)
-                result = next(iter(futures.values())).result(timeout=timeout)
-            except KafkaException as exc:
-                raise to_kafka_error(exc, f"committed offsets of group {group}") from exc
-            offsets: dict[str, dict[int, int]] = {}
-            for tp in result.topic_partitions or []:
-                if tp.error is None and tp.offset >= 0:
-                    offsets.setdefault(tp.topic, {})[tp.partition] = int(tp.offset)
-            if offsets:
-                out[group] = offsets
-        return out
+            if self._groups_admin is None:
+                self._groups_admin = KafkaOpsAdmin(
+                    self.bootstrap, request_timeout_s=timeout, attempts=1, retry_s=0.0
+                )
+            return self._groups_admin.committed_offsets(topics)
+        except KafkaError:
+            if self._groups_admin is not None:
+                with contextlib.suppress(Exception):
+                    self._groups_admin.close()
+                self._groups_admin = None
+            raise

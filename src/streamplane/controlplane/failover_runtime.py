@@ -20,6 +20,7 @@ wakes the watchers).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -302,30 +303,34 @@ class FailoverRuntime:
             try:
                 self.seal_and_retire_once()
             except Exception as exc:
-                log.warning("sealer: %s", exc)
+                log.warning("sealer: %s", _describe(exc))
 
     def seal_and_retire_once(self, now: float | None = None) -> None:
         """One round of the sealer (also called directly by tests)."""
         mono = time.monotonic() if now is None else now
         for stream in self.store.streams_with(SegmentState.DRAINING, SegmentState.SEALED):
             try:
-                table = self.service.routing(stream)
-            except NotFound:
-                continue
-            for seg in table.segments:
-                try:
-                    if seg.state is SegmentState.DRAINING:
-                        self._maybe_seal(table, seg, mono)
-                except (Conflict, NotFound):
-                    break  # the table moved on: next round
-            due = mono - self._last_retire_check.get(stream, -1e9) >= self.settings.retire_interval
-            sealed = [s for s in table.segments if s.state is SegmentState.SEALED]
-            if sealed and self.settings.auto_retire and due:
-                self._last_retire_check[stream] = mono
-                try:
-                    self._maybe_retire(stream, sealed)
-                except (Conflict, NotFound):
-                    continue
+                self._seal_and_retire_stream(stream, mono)
+            except Exception as exc:  # one stream's trouble must not hold up the others
+                log.warning("sealer, stream %s: %s", stream, _describe(exc))
+
+    def _seal_and_retire_stream(self, stream: str, mono: float) -> None:
+        try:
+            table = self.service.routing(stream)
+        except NotFound:
+            return
+        for seg in table.segments:
+            try:
+                if seg.state is SegmentState.DRAINING:
+                    self._maybe_seal(table, seg, mono)
+            except (Conflict, NotFound):
+                break  # the table moved on: next round
+        due = mono - self._last_retire_check.get(stream, -1e9) >= self.settings.retire_interval
+        sealed = [s for s in table.segments if s.state is SegmentState.SEALED]
+        if sealed and self.settings.auto_retire and due:
+            self._last_retire_check[stream] = mono
+            with contextlib.suppress(Conflict, NotFound):
+                self._maybe_retire(stream, sealed)
 
     def _maybe_seal(self, table: RoutingTable, seg: Segment, mono: float) -> None:
         s = self.settings
@@ -344,6 +349,10 @@ class FailoverRuntime:
             table, seg, producers, draining_for, settle_s=s.seal_settle, grace_s=s.seal_grace
         )
         if reason is None:
+            return
+        if self._is_down(seg.cluster):  # its end offsets cannot be read: no call made
+            self._warn_once(key, "cannot seal %s on %s yet: the cluster is down",
+                            seg.topic, seg.cluster)  # fmt: skip
             return
         try:
             cluster = self.service.store.get_cluster(seg.cluster)
@@ -367,6 +376,11 @@ class FailoverRuntime:
         for seg in table.readable():
             by_cluster.setdefault(seg.cluster, {})[seg.topic] = seg.partitions
         committed: dict[str, dict[str, dict[int, int]]] = {}
+        down = sorted(c for c in by_cluster if self._is_down(c))
+        if down:  # a cluster we cannot read may hide a group: retire nothing this round
+            self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s down",
+                            stream, ", ".join(down))  # fmt: skip
+            return
         try:
             for cluster_name, topics in sorted(by_cluster.items()):
                 cluster = self.service.store.get_cluster(cluster_name)
@@ -399,6 +413,14 @@ class FailoverRuntime:
                 )
                 log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
 
+    def _is_down(self, cluster: str) -> bool:
+        """Whether this replica's probes last found ``cluster`` down (never, with health
+        checks off). Kafka calls to a down cluster only time out, and librdkafka's admin
+        client has aborted the process over such timeouts (``cluster_io.committed``)."""
+        with self._health_lock:
+            state = self._health.get(cluster)
+        return state is not None and state.health is ClusterHealth.DOWN
+
     def _warn_once(self, key: tuple[str, str, str], msg: str, *args: object) -> None:
         if key not in self._warned:
             self._warned.add(key)
@@ -410,3 +432,9 @@ def _active_cluster(table: RoutingTable, lane: str) -> str | None:
         if s.lane == lane and s.state is SegmentState.ACTIVE:
             return s.cluster
     return None
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception for a log line: its message, or its type when it has none (a
+    timeout's message is empty)."""
+    return str(exc) or type(exc).__name__

@@ -395,12 +395,14 @@ class LogEnds:
         if not request:
             return {}
         futures = self._admin.list_offsets(request, request_timeout=timeout)
+        deadline = time.monotonic() + timeout  # for them all, not per partition
         out: dict[tuple[str, int], int] = {}
         for tp, fut in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = int(fut.result(timeout=timeout).offset)
-            except KafkaException:
-                continue  # topic deleted, leader moving: the next poll asks again
+                left = max(0.0, deadline - time.monotonic())
+                out[(tp.topic, tp.partition)] = int(fut.result(timeout=left).offset)
+            except (KafkaException, TimeoutError):
+                continue  # topic deleted, leader moving, cluster down: the next poll asks again
         return out
 
 

@@ -349,6 +349,38 @@ class KafkaOpsAdmin:
         }
         return dict(sorted(out.items()))
 
+    # ------------------------------------------------------------------ groups
+    def committed_offsets(self, topics: Mapping[str, int]) -> dict[str, dict[str, dict[int, int]]]:
+        """Group -> topic -> partition -> committed offset, for every group of the
+        cluster that committed on at least one of ``topics`` (topic -> partition count):
+        ListGroups on every broker, then one OffsetFetch per coordinator for them all.
+
+        (Not in ``OpsAdmin``: the control plane's sealer needs it. It is here, over
+        kafka-python, because confluent-kafka 2.16's ListConsumerGroupOffsets aborts the
+        process, an assertion in librdkafka, when the group's coordinator dies under it.)
+        """
+        from kafka.structs import TopicPartition as KafkaTopicPartition
+
+        listed = self._call("list consumer groups", self._admin.list_groups)
+        groups = sorted({str(g["group_id"]) for g in listed})
+        wanted = [KafkaTopicPartition(t, p) for t, n in topics.items() for p in range(n)]
+        if not groups or not wanted:
+            return {}
+        found = self._call(
+            "committed offsets",
+            self._admin.list_group_offsets,
+            {group: wanted for group in groups},
+        )
+        out: dict[str, dict[str, dict[int, int]]] = {}
+        for group, offsets in found.items():
+            mine: dict[str, dict[int, int]] = {}
+            for tp, committed in offsets.items():
+                if committed.offset >= 0:
+                    mine.setdefault(tp.topic, {})[tp.partition] = int(committed.offset)
+            if mine:
+                out[str(group)] = mine
+        return out
+
     # ------------------------------------------------------------------ configs
     def alter_configs(
         self, changes: Sequence[ConfigChange]

@@ -30,6 +30,8 @@ class StubClusterIO:
     down: set[str] = field(default_factory=set)
     ends: dict[str, dict[int, int]] = field(default_factory=dict)
     commits: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (cluster, what)
+    hanging: set[str] = field(default_factory=set)  # topics whose end offsets time out
 
     def for_bootstrap(self, bootstrap: str) -> _IO:
         return _IO(self, BY_BOOTSTRAP.get(bootstrap, bootstrap))
@@ -48,13 +50,17 @@ class _IO:
         self._check()
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
+        self.stub.calls.append((self.cluster, "end_offsets"))
         self._check()
+        if topic in self.stub.hanging:
+            raise TimeoutError()  # as a future's result(timeout) does: not a KafkaError
         ends = self.stub.ends.get(topic, {})
         return {p: ends.get(p, 0) for p in range(partitions)}
 
     def committed(
         self, topics: Mapping[str, int], timeout: float
     ) -> dict[str, dict[str, dict[int, int]]]:
+        self.stub.calls.append((self.cluster, "committed"))
         self._check()
         out: dict[str, dict[str, dict[int, int]]] = {}
         for group, per_topic in self.stub.commits.items():
@@ -328,6 +334,44 @@ def test_sealer_keeps_a_dead_clusters_segment_draining(
     io.down.clear()
     runtime.seal_and_retire_once()
     assert states(service)["sp.orders.realtime.e1"] == "sealed"
+
+
+def test_sealer_leaves_a_cluster_found_down_alone(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    """Once the probes find a cluster down, the sealer makes no call to it (each would
+    only time out; librdkafka's admin client has aborted the process over such
+    timeouts), and seals its segments once it is back."""
+    create_stream(fhttp)
+    failover(fhttp)
+    io.down.add("local-a")
+    while runtime.probe_once("local-a").health is not ClusterHealth.DOWN:
+        clock.now += 1.0
+    io.calls.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "draining"
+    assert not [c for c in io.calls if c[0] == "local-a"], io.calls
+    io.down.clear()
+    runtime.probe_once("local-a")
+    runtime.seal_and_retire_once()
+    assert states(service)["sp.orders.realtime.e1"] == "sealed"
+
+
+def test_one_streams_trouble_does_not_hold_up_the_others(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    create_stream(fhttp, "orders")
+    create_stream(fhttp, "other")
+    failover(fhttp, "orders")
+    failover(fhttp, "other")
+    io.hanging.add("sp.orders.realtime.e1")  # sealed first (streams go by name)
+    runtime.seal_and_retire_once()  # does not raise
+    assert states(service, "orders")["sp.orders.realtime.e1"] == "draining"
+    assert states(service, "other")["sp.other.realtime.e1"] == "sealed"
 
 
 def test_grace_period_seals_past_a_lagging_producer(
