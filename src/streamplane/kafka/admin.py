@@ -104,9 +104,10 @@ class KafkaAdmin:
     def describe_cluster(self, timeout: float = 5.0) -> ClusterMeta:
         """Metadata including each broker's rack (DescribeCluster)."""
         try:
-            desc = self._admin.describe_cluster(request_timeout=timeout).result(timeout=timeout)
+            future = self._admin.describe_cluster(request_timeout=timeout)
         except KafkaException as exc:
             raise to_kafka_error(exc, f"describe cluster {self.bootstrap}") from exc
+        desc = _await(future, timeout, f"describe cluster {self.bootstrap}")
         brokers = {n.id: BrokerMeta(n.id, n.host, n.port, n.rack) for n in desc.nodes}
         controller = desc.controller.id if desc.controller is not None else -1
         return ClusterMeta(desc.cluster_id, controller, brokers, {})
@@ -163,10 +164,9 @@ class KafkaAdmin:
         out: dict[TopicPartition, KafkaError | None] = {}
         for tp, fut in futures.items():
             try:
-                fut.result(timeout=timeout + 1.0)
+                _await(fut, timeout + 1.0, f"offsets of {tp.topic} [{tp.partition}]")
                 out[tp] = None
-            except KafkaException as exc:
-                err = to_kafka_error(exc, f"offsets of {tp.topic} [{tp.partition}]")
+            except KafkaError as err:
                 if err.code in _NOT_OPEN_YET:  # librdkafka flags some of these final
                     err = KafkaError(str(err), code=err.code, retriable=True)
                 out[tp] = err
@@ -207,10 +207,7 @@ class KafkaAdmin:
 
     def _describe_configs(self, resource: Any, timeout: float) -> dict[str, str]:
         futures = self._admin.describe_configs([resource], request_timeout=timeout)
-        try:
-            entries = next(iter(futures.values())).result(timeout=timeout)
-        except KafkaException as exc:
-            raise to_kafka_error(exc, f"describe configs {resource}") from exc
+        entries = _await(next(iter(futures.values())), timeout, f"describe configs {resource}")
         return {name: entry.value for name, entry in entries.items()}
 
     def raw(self) -> AdminClient:
@@ -273,10 +270,25 @@ def await_writable(
 
 def _results(futures: Mapping[str, Any], what: str, timeout: float) -> dict[str, KafkaError | None]:
     out: dict[str, KafkaError | None] = {}
+    deadline = time.monotonic() + timeout  # for them all, not per future
     for name, fut in futures.items():
         try:
-            fut.result(timeout=timeout)
+            _await(fut, max(0.0, deadline - time.monotonic()), f"{what} {name}")
             out[name] = None
-        except KafkaException as exc:
-            out[name] = to_kafka_error(exc, f"{what} {name}")
+        except KafkaError as err:
+            out[name] = err
     return out
+
+
+def _await(future: Any, timeout: float, what: str) -> Any:
+    """An admin future's result. Its failure, or no answer within ``timeout`` seconds
+    (a cluster that is down: the future's own TimeoutError, which reached the HTTP API
+    as a 500), is a KafkaError."""
+    try:
+        return future.result(timeout=timeout)
+    except KafkaException as exc:
+        raise to_kafka_error(exc, what) from exc
+    except TimeoutError:
+        raise KafkaError(
+            f"{what}: no answer in {timeout:g}s", code="_TIMED_OUT", retriable=True
+        ) from None

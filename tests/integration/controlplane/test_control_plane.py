@@ -251,6 +251,26 @@ def test_replication_factor_beyond_the_brokers_is_a_clear_400(
     assert not any(t.startswith(f"sp.{name}.") for t in _topics(fleet, "local-a"))
 
 
+def test_a_cluster_that_does_not_answer_is_a_502_naming_it(
+    control_plane: ControlPlaneProcess,
+) -> None:
+    """Creating a stream on a cluster nothing answers for: a 502 naming the cluster, and
+    no stream. (The admin future's own TimeoutError reached the API as a 500.)"""
+    cluster = f"gone-{uuid.uuid4().hex[:6]}"
+    name = f"on-{cluster}"
+    with control_plane.client() as cp:
+        cp.register_cluster(cluster, f"127.0.0.1:{free_port()}")
+        try:
+            with pytest.raises(ControlPlaneError) as err:
+                cp.create_stream(name, cluster, partitions=1)
+            assert err.value.status == 502, err.value
+            assert cluster in str(err.value) and "\n" not in str(err.value)
+            with pytest.raises(NotFound):
+                cp.describe_stream(name)
+        finally:
+            cp.delete_cluster(cluster)
+
+
 def test_bad_input_errors(control_plane: ControlPlaneProcess) -> None:
     with control_plane.client() as cp:
         with pytest.raises(NotFound, match="unknown stream 'no-such-stream'"):
