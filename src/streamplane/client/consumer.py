@@ -387,6 +387,7 @@ class StreamConsumer:
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
+        self._polling = threading.Lock()  # held by a poll, and by close
         self._consumers: dict[str, Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
@@ -483,6 +484,13 @@ class StreamConsumer:
             self._closed = True
             return
         self._closed = True
+        # A poll running on another thread (``run``, an iteration) returns first: closing
+        # a librdkafka client under its consume call hung, and its housekeeping then
+        # found the committer stopped.
+        with self._polling:
+            self._close()
+
+    def _close(self) -> None:
         self._watcher.stop()
         try:
             with self._lock:
@@ -687,8 +695,16 @@ class StreamConsumer:
     def poll_batch(self, max_records: int = 500, timeout: float = 1.0) -> list[StreamMessage]:
         """Up to ``max_records`` records by lane priority; waits ``timeout`` for the first.
 
-        The same records ``poll`` would hand out one by one, with less overhead.
+        The same records ``poll`` would hand out one by one, with less overhead. Nothing
+        once the consumer is closed (``close`` from another thread waits for a poll in
+        progress, which returns early).
         """
+        with self._polling:
+            if self._closed:
+                return []
+            return self._poll_batch(max_records, timeout)
+
+    def _poll_batch(self, max_records: int, timeout: float) -> list[StreamMessage]:
         if not self._opened:
             self.open()
         # Fast path: hand out what is buffered, or else what the client has fetched
@@ -720,7 +736,7 @@ class StreamConsumer:
                 self._until_housekeeping -= len(out)
                 return out
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if remaining <= 0 or self._closed:
                 return out
             self._fetch(min(remaining, 0.1))
 
@@ -1093,7 +1109,7 @@ class StreamConsumer:
                 msg.ack()
 
         if concurrency == 1 and not key_ordered:
-            while not stop.is_set():
+            while not stop.is_set() and not self._closed:
                 for msg in self.poll_batch(500, 0.2):
                     handle(msg)
             return
@@ -1121,7 +1137,7 @@ class StreamConsumer:
                 slots.release()
 
         with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
-            while not stop.is_set():
+            while not stop.is_set() and not self._closed:
                 polled = self.poll(0.2)
                 if polled is None:
                     continue

@@ -358,3 +358,43 @@ def test_send_batch_queues_a_lane_s_records_in_order_and_names_the_ones_too_larg
 
         consume_until(consumer, lambda: len(seen) >= 5, handle)
     assert seen == [(str(i).encode(), [("n", str(i).encode())]) for i in range(5)]
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_close_from_another_thread_stops_run(
+    control_plane: Any, stream_factory: Any, concurrency: int
+) -> None:
+    """``close()`` while ``run()`` polls on another thread: run returns, close returns,
+    no error. (Before, closing the librdkafka client under run's consume call hung in 2
+    of 7 tries, and otherwise run's thread died with "the committer is stopped".)"""
+    client: ControlPlaneClient = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    produce_numbers(client, stream, 2000)
+    for attempt in range(3):  # a different moment of the poll each time
+        _close_while_running(client, stream, concurrency, pause=0.1 * attempt)
+
+
+def _close_while_running(
+    client: ControlPlaneClient, stream: str, concurrency: int, pause: float
+) -> None:
+    handled = threading.Event()
+    errors: list[BaseException] = []
+    consumer = StreamConsumer(stream, f"g-{uuid.uuid4().hex[:6]}", client)
+
+    def run() -> None:
+        try:
+            consumer.run(lambda _msg: handled.set(), concurrency=concurrency)
+        except BaseException as exc:  # reported by the test, not by the thread
+            errors.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    assert handled.wait(60), "run() handled nothing"
+    time.sleep(pause)
+    closer = threading.Thread(target=consumer.close, daemon=True)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "close() hung"
+    runner.join(10)
+    assert not runner.is_alive(), "run() went on after close()"
+    assert not errors, errors
