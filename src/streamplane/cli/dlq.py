@@ -8,7 +8,8 @@ import click
 
 from streamplane.cli.connection import connect, connection_options, json_option
 from streamplane.cli.output import progress, table
-from streamplane.client.dlq import list_dead_letters, replay
+from streamplane.client.dlq import DeadLetter, describe_unread, list_dead_letters, replay
+from streamplane.exceptions import KafkaError
 
 
 @click.group("dlq")
@@ -26,7 +27,8 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
     if limit < 1:
         raise click.BadParameter("must be at least 1", param_hint="--limit")
     with connect(url, token) as client:
-        letters = list_dead_letters(client, stream, limit=limit)
+        listing = list_dead_letters(client, stream, limit=limit)
+    letters = listing.letters
     if as_json:
         click.echo(
             json.dumps(
@@ -44,7 +46,16 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                 indent=2,
             )
         )
-        return
+    else:
+        _print_table(letters)
+    if listing.unread:
+        raise KafkaError(
+            f"the listing is incomplete: {describe_unread(listing.unread)} (the cluster "
+            "does not answer)"
+        )
+
+
+def _print_table(letters: list[DeadLetter]) -> None:
     rows = [
         [
             f"{d.topic}[{d.partition}]@{d.offset}",
@@ -57,7 +68,7 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
         for d in letters
     ]
     click.echo(table(["dlq record", "lane", "origin", "attempts", "error"], rows))
-    click.echo(f"{len(letters)} records")
+    click.echo(f"{len(letters)} record{'' if len(letters) == 1 else 's'}")
 
 
 @dlq.command("replay")

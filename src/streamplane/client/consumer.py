@@ -687,6 +687,12 @@ class StreamConsumer:
         while not self._closed:
             yield from self.poll_batch(500, 1.0)
 
+    def waiting_partitions(self) -> list[PartitionKey]:
+        """Partitions this consumer should read and does not yet: where they start has
+        not been read, because their cluster has not answered (tried again every 5 s)."""
+        with self._lock:
+            return list(self._loading)
+
     def poll(self, timeout: float = 1.0) -> StreamMessage | None:
         """The next record by lane priority, or None after ``timeout`` seconds."""
         got = self.poll_batch(1, timeout)

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
 from streamplane.core.routing import DLQ_LANE
-from streamplane.exceptions import ConfigError
+from streamplane.exceptions import ConfigError, KafkaError
 
 REPLAY_GROUP = "sp-dlq-replay"
 
@@ -25,6 +26,22 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     provenance: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DlqListing:
+    """What ``list_dead_letters`` read, and the dlq partitions it could not read (their
+    cluster did not say where to start: it is down), so a listing is never silently
+    short."""
+
+    letters: list[DeadLetter]
+    unread: list[PartitionKey]
+
+
+def describe_unread(unread: list[PartitionKey]) -> str:
+    """``unread`` partitions for a message: how many, on which clusters."""
+    clusters = sorted({k.cluster for k in unread})
+    return f"{len(unread)} dlq partitions on {', '.join(clusters)} could not be read"
 
 
 def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessage], bool]) -> None:
@@ -41,8 +58,9 @@ def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessag
 
 def list_dead_letters(
     client: ControlPlaneClient, stream: str, limit: int = 100, idle_s: float = 2.0
-) -> list[DeadLetter]:
-    """Up to ``limit`` records of the dlq lane, oldest first. Commits nothing."""
+) -> DlqListing:
+    """Up to ``limit`` records of the dlq lane, oldest first, and the partitions that
+    could not be read. Commits nothing."""
     out: list[DeadLetter] = []
     consumer = StreamConsumer(
         stream, f"sp-dlq-list-{time.time_ns()}", client, lanes=[DLQ_LANE], read_only=True
@@ -61,10 +79,12 @@ def list_dead_letters(
                     read_provenance(msg.headers),
                 )
             )
+            msg.ack()  # nothing is committed (read-only); it keeps the in-flight window open
             return len(out) < limit
 
         _drain(consumer, idle_s, each)
-    return out
+        unread = consumer.waiting_partitions() if len(out) < limit else []
+    return DlqListing(out, unread)
 
 
 def replay(
@@ -78,6 +98,8 @@ def replay(
 
     Each dlq record is acked only after its copy is delivered, under the group
     ``sp-dlq-replay``, so an interrupted replay resumes where it stopped and loses nothing.
+    Raises KafkaError, once the rest is replayed and committed, if some dlq partitions
+    could not be read (their cluster is down): running it again replays those.
     """
     if to_lane == DLQ_LANE:
         raise ConfigError("cannot replay the dlq lane into itself")
@@ -120,4 +142,10 @@ def replay(
             m.ack()
         replayed += len(batch)
         progress(replayed)
+        unread = consumer.waiting_partitions()
+    if unread:
+        raise KafkaError(
+            f"replayed {replayed} records, but {describe_unread(unread)} (the cluster does "
+            "not answer): replay again once it does"
+        )
     return replayed

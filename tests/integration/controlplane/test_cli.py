@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
@@ -247,3 +248,33 @@ def test_serve_writes_a_token_file_and_imports_the_local_fleet(
         proc.terminate()
         proc.wait(timeout=20)
     assert (tmp_path / ".streamplane" / "control-plane.db").is_file()
+
+
+def test_dlq_list_past_the_in_flight_window_and_replay(
+    control_plane: ControlPlaneProcess,
+    fleet: FleetDescriptor,
+    stream_factory: Callable[..., str],
+) -> None:
+    """`dlq list --limit` lists every dead letter, past the consumer's in-flight window
+    (10,000: it stopped there), and `dlq replay` sends each back to its lane once."""
+    from confluent_kafka import Producer
+
+    from streamplane.kafka.clients import producer_config
+
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1)
+    with control_plane.client() as client:
+        dlq_topic = client.routing(stream).active("dlq").topic
+    total = 10_050
+    producer = Producer(producer_config(fleet.bootstrap("local-a")))
+    for i in range(total):
+        producer.produce(dlq_topic, b"%d" % i, headers=[("sp-dlq-lane", b"realtime")])
+    assert producer.flush(60) == 0
+
+    listing = json.loads(ok(run_cli(control_plane, "dlq", "list", stream, "--limit", "20000",
+                                    "--json")))  # fmt: skip
+    assert len(listing) == total
+    assert ok(run_cli(control_plane, "dlq", "list", stream, "--limit", "1")).endswith("1 record\n")
+    replayed = ok(run_cli(control_plane, "dlq", "replay", stream))
+    assert replayed.strip() == f"replayed {total} records"
+    again = ok(run_cli(control_plane, "dlq", "replay", stream))
+    assert again.strip() == "replayed 0 records"

@@ -20,9 +20,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.dlq import list_dead_letters, replay
 from streamplane.client.producer import StreamProducer
+from streamplane.exceptions import KafkaError
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import LocalFleet
 from streamplane.pipeline.options import parse_read_options
@@ -172,3 +176,28 @@ def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
         wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+
+
+def test_dlq_list_and_replay_say_what_they_could_not_read(
+    fo_fleet: LocalFleet, fo_client: ControlPlaneClient, fo_stream: Callable[..., str]
+) -> None:
+    """Dead letters on a cluster that is down: `dlq list` names the partitions it could
+    not read and `dlq replay` fails after replaying the rest. (Before, both reported 0
+    records and succeeded.)"""
+    stream = fo_stream("local-a", partitions=1)
+    with StreamProducer(stream, control_plane=fo_client) as producer:
+        for i in range(20):
+            producer.send(b"%d" % i, lane="dlq")
+    broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
+    fo_fleet.kill_broker("local-a", broker.node_id)
+    try:
+        wait_for(lambda: fo_client.routing(stream).epoch > 1, 30, "the automatic failover")
+        listing = list_dead_letters(fo_client, stream, limit=100)
+        assert listing.letters == []
+        assert {k.cluster for k in listing.unread} == {"local-a"}
+        with pytest.raises(KafkaError, match="dlq partitions on local-a could not be read"):
+            replay(fo_client, stream)
+    finally:
+        fo_fleet.start_broker("local-a", broker.node_id)
+        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+    assert replay(fo_client, stream) == 20

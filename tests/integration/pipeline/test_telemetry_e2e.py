@@ -100,7 +100,7 @@ def test_telemetry_end_to_end(
     assert {bytes(r["key"]).decode() for r in dead.select("key").collect()} == set(
         truth.poison_keys
     )
-    in_lane = list_dead_letters(client, stream, limit=10 * EVENTS, idle_s=3.0)
+    in_lane = list_dead_letters(client, stream, limit=10 * EVENTS, idle_s=3.0).letters
     assert {(d.key or b"").decode() for d in in_lane} == set(truth.poison_keys)
     assert all(d.provenance.get("error") for d in in_lane)
 
