@@ -17,6 +17,7 @@ import httpx
 
 from streamplane.cli.connection import connection_options, echo_json, json_option
 from streamplane.cli.output import table
+from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.exceptions import ConfigError, ControlPlaneError, ControlPlaneUnavailable
 
 _CLEAR = "\x1b[H\x1b[2J"
@@ -128,6 +129,8 @@ def lag(
     del token  # reads need no token
     while True:
         doc = fetch_lag(url, group, stream)
+        if stream is not None and not doc.get("groups"):
+            _require_stream(url, stream)  # nothing to show: say so if it does not exist
         if as_json:
             echo_json(doc)
         else:
@@ -143,3 +146,9 @@ def lag(
             time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+def _require_stream(url: str, stream: str) -> None:
+    """Raise NotFound ("unknown stream ...") if the control plane has no ``stream``."""
+    with ControlPlaneClient(url) as client:
+        client.describe_stream(stream)

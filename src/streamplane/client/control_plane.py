@@ -305,7 +305,7 @@ class ControlPlaneClient:
         if resp.status_code == 204:
             return None
         if resp.status_code >= 400:
-            raise _error(resp)
+            raise _error(resp, self.url)
         try:
             return resp.json()
         except ValueError as exc:
@@ -316,7 +316,10 @@ class ControlPlaneClient:
 
 
 def _seg(name: str) -> str:
-    """A path segment: names are validated server-side, but never let one change the path."""
+    """A path segment: names are validated server-side, but never let one change the path
+    (a '/' would reach the server as a path of its own: a bare "Not Found")."""
+    if "/" in name:
+        raise ConfigError(f"invalid name {name!r}: names cannot contain '/'")
     return quote(name, safe="")
 
 
@@ -324,7 +327,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _error(resp: httpx.Response) -> ControlPlaneError:
+def _error(resp: httpx.Response, url: str) -> ControlPlaneError:
     detail = ""
     try:
         doc = resp.json()
@@ -333,7 +336,16 @@ def _error(resp: httpx.Response) -> ControlPlaneError:
     except ValueError:
         pass
     status = resp.status_code
-    detail = _one_line(detail or resp.reason_phrase or "error")
+    if not detail or detail == "Not Found":
+        # Not one of the control plane's own errors (they name what is wrong): another
+        # server, or the control plane under a wrong base URL (a route it does not have).
+        request = resp.request
+        return ControlPlaneError(
+            f"no streamplane control plane answers at {url}: {request.method} "
+            f"{request.url.path} got HTTP {status} {resp.reason_phrase}".rstrip(),
+            status=status,
+        )
+    detail = _one_line(detail)
     if status == 404:
         return NotFound(detail, status=status)
     if status in (401, 403):

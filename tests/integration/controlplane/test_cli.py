@@ -278,3 +278,8 @@ def test_dlq_list_past_the_in_flight_window_and_replay(
     assert replayed.strip() == f"replayed {total} records"
     again = ok(run_cli(control_plane, "dlq", "replay", stream))
     assert again.strip() == "replayed 0 records"
+
+
+def test_lag_of_an_unknown_stream_says_so(control_plane: ControlPlaneProcess) -> None:
+    line = one_error_line(run_cli(control_plane, "lag", "--stream", "no-such-stream"))
+    assert "unknown stream 'no-such-stream'" in line
