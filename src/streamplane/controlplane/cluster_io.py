@@ -15,7 +15,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -26,7 +25,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamplane.exceptions import KafkaError
-from streamplane.kafka.admin import QUIET, to_kafka_error
+from streamplane.kafka.admin import QUIET, await_future, to_kafka_error
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
 
 HEALTH_TOPIC = "__streamplane_health"
@@ -117,26 +116,22 @@ class KafkaClusterIO:
         )
         fut = self._admin.create_topics([topic], request_timeout=timeout)[HEALTH_TOPIC]
         try:
-            fut.result(timeout=timeout)
-        except KafkaException as exc:
-            err = to_kafka_error(exc, f"create {HEALTH_TOPIC}")
+            await_future(fut, timeout, f"create {HEALTH_TOPIC}")
+        except KafkaError as err:
             if err.code != "TOPIC_ALREADY_EXISTS":
-                raise err from exc
+                raise
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         wanted = {TopicPartition(topic, p): latest for p in range(partitions)}
         try:
             futures = self._admin.list_offsets(wanted, request_timeout=timeout)
-            return {
-                tp.partition: int(f.result(timeout=timeout).offset) for tp, f in futures.items()
-            }
         except KafkaException as exc:
             raise to_kafka_error(exc, f"end offsets of {topic}") from exc
-        except FutureTimeout:
-            raise KafkaError(
-                f"end offsets of {topic}: no answer in {timeout:g}s", code="_TIMED_OUT"
-            ) from None
+        what = f"end offsets of {topic}"
+        return {
+            tp.partition: int(await_future(f, timeout, what).offset) for tp, f in futures.items()
+        }
 
     def committed(
         self, topics: Mapping[str, int], timeout: float

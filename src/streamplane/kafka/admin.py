@@ -107,7 +107,7 @@ class KafkaAdmin:
             future = self._admin.describe_cluster(request_timeout=timeout)
         except KafkaException as exc:
             raise to_kafka_error(exc, f"describe cluster {self.bootstrap}") from exc
-        desc = _await(future, timeout, f"describe cluster {self.bootstrap}")
+        desc = await_future(future, timeout, f"describe cluster {self.bootstrap}")
         brokers = {n.id: BrokerMeta(n.id, n.host, n.port, n.rack) for n in desc.nodes}
         controller = desc.controller.id if desc.controller is not None else -1
         return ClusterMeta(desc.cluster_id, controller, brokers, {})
@@ -164,7 +164,7 @@ class KafkaAdmin:
         out: dict[TopicPartition, KafkaError | None] = {}
         for tp, fut in futures.items():
             try:
-                _await(fut, timeout + 1.0, f"offsets of {tp.topic} [{tp.partition}]")
+                await_future(fut, timeout + 1.0, f"offsets of {tp.topic} [{tp.partition}]")
                 out[tp] = None
             except KafkaError as err:
                 if err.code in _NOT_OPEN_YET:  # librdkafka flags some of these final
@@ -207,7 +207,9 @@ class KafkaAdmin:
 
     def _describe_configs(self, resource: Any, timeout: float) -> dict[str, str]:
         futures = self._admin.describe_configs([resource], request_timeout=timeout)
-        entries = _await(next(iter(futures.values())), timeout, f"describe configs {resource}")
+        entries = await_future(
+            next(iter(futures.values())), timeout, f"describe configs {resource}"
+        )
         return {name: entry.value for name, entry in entries.items()}
 
     def raw(self) -> AdminClient:
@@ -273,14 +275,14 @@ def _results(futures: Mapping[str, Any], what: str, timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout  # for them all, not per future
     for name, fut in futures.items():
         try:
-            _await(fut, max(0.0, deadline - time.monotonic()), f"{what} {name}")
+            await_future(fut, max(0.0, deadline - time.monotonic()), f"{what} {name}")
             out[name] = None
         except KafkaError as err:
             out[name] = err
     return out
 
 
-def _await(future: Any, timeout: float, what: str) -> Any:
+def await_future(future: Any, timeout: float, what: str) -> Any:
     """An admin future's result. Its failure, or no answer within ``timeout`` seconds
     (a cluster that is down: the future's own TimeoutError, which reached the HTTP API
     as a 500), is a KafkaError."""
