@@ -30,10 +30,23 @@ def clusters() -> None:
     """Register, tag and list the Kafka clusters the control plane knows."""
 
 
+def health_cell(health: dict[str, Any] | None) -> str:
+    """``ok``, ``unknown`` (not probed: health checks off), or the failing state with
+    its latest error."""
+    if not health:
+        return "unknown"
+    state = str(health.get("state", "unknown"))
+    error = health.get("last_error")
+    return f"{state}: {error}" if error and state != "ok" else state
+
+
 def clusters_table(rows: list[dict[str, Any]]) -> str:
     return table(
-        ["cluster", "bootstrap", "tags"],
-        [[c["name"], c["bootstrap"], format_tags(c["tags"])] for c in rows],
+        ["cluster", "bootstrap", "health", "tags"],
+        [
+            [c["name"], c["bootstrap"], health_cell(c.get("health")), format_tags(c["tags"])]
+            for c in rows
+        ],
     )
 
 

@@ -13,29 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
-import httpx
 
-from streamplane.cli.connection import connection_options, echo_json, json_option
+from streamplane.cli.connection import connect, connection_options, echo_json, json_option
 from streamplane.cli.output import table
-from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.exceptions import ConfigError, ControlPlaneError, ControlPlaneUnavailable
 
 _CLEAR = "\x1b[H\x1b[2J"
-
-
-def fetch_lag(url: str, group: str | None, stream: str | None) -> dict[str, Any]:
-    """The ``/v1/lag`` document; errors become streamplane errors with one line."""
-    params = {k: v for k, v in (("group", group), ("stream", stream)) if v}
-    try:
-        resp = httpx.get(f"{url.rstrip('/')}/v1/lag", params=params, timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise ControlPlaneUnavailable(f"cannot reach the control plane at {url}: {exc}") from None
-    if resp.status_code == 400:
-        raise ConfigError(resp.json().get("detail", "bad request"))
-    if resp.status_code != 200:
-        raise ControlPlaneError(f"GET /v1/lag: HTTP {resp.status_code}", status=resp.status_code)
-    doc: dict[str, Any] = resp.json()
-    return doc
 
 
 def seconds(value: float | None) -> str:
@@ -126,29 +108,23 @@ def lag(
     as_json: bool,
 ) -> None:
     """Time lag in seconds (and offset lag, status) of consumer groups, across clusters."""
-    del token  # reads need no token
-    while True:
-        doc = fetch_lag(url, group, stream)
-        if stream is not None and not doc.get("groups"):
-            _require_stream(url, stream)  # nothing to show: say so if it does not exist
-        if as_json:
-            echo_json(doc)
-        else:
-            text = render(doc, group)
-            if watch:
-                stamp = time.strftime("%H:%M:%S")
-                head = f"streamplane lag  {stamp}  (every {interval:g}s, Ctrl-C quits)"
-                text = f"{_CLEAR}{head}\n\n{text}"
-            click.echo(text)
-        if not watch:
-            return
-        try:
-            time.sleep(interval)
-        except KeyboardInterrupt:
-            return
-
-
-def _require_stream(url: str, stream: str) -> None:
-    """Raise NotFound ("unknown stream ...") if the control plane has no ``stream``."""
-    with ControlPlaneClient(url) as client:
-        client.describe_stream(stream)
+    with connect(url, token) as cp:
+        while True:
+            doc = cp.lag(group, stream)
+            if stream is not None and not doc.get("groups"):
+                cp.describe_stream(stream)  # nothing to show: NotFound if it does not exist
+            if as_json:
+                echo_json(doc)
+            else:
+                text = render(doc, group)
+                if watch:
+                    stamp = time.strftime("%H:%M:%S")
+                    head = f"streamplane lag  {stamp}  (every {interval:g}s, Ctrl-C quits)"
+                    text = f"{_CLEAR}{head}\n\n{text}"
+                click.echo(text)
+            if not watch:
+                return
+            try:
+                time.sleep(interval)
+            except KeyboardInterrupt:
+                return

@@ -214,7 +214,7 @@ def segments(name: str, as_json: bool, url: str, token: str | None) -> None:
         echo_json(doc)
         return
     rows = []
-    for s in sorted(doc["segments"], key=lambda s: (s["lane"], s["epoch"], s["cluster"])):
+    for s in doc["segments"]:  # by lane priority, then epoch
         ends = s["sealed_end_offsets"]
         rows.append(
             [

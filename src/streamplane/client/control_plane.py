@@ -269,6 +269,12 @@ class ControlPlaneClient:
         """``{replica, leader, health_enabled, clusters: [{name, health, since, ...}]}``."""
         return self._json("GET", "/v1/health/clusters")  # type: ignore[no-any-return]
 
+    def lag(self, group: str | None = None, stream: str | None = None) -> dict[str, Any]:
+        """Time lag from the lag monitor (``GET /v1/lag``): ``{monitor, groups: [...]}``,
+        only ``group``'s or those reading ``stream`` when given."""
+        params = [(k, v) for k, v in (("group", group), ("stream", stream)) if v]
+        return self._json("GET", "/v1/lag", params=params)  # type: ignore[no-any-return]
+
     # ------------------------------------------------------------------ plumbing
     def _routing(self, doc: Any) -> RoutingTable:
         try:

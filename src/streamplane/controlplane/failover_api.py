@@ -92,7 +92,9 @@ class SegmentDetail(SegmentOut):
 class SegmentsOut(BaseModel):
     stream: str
     epoch: int
-    segments: list[SegmentDetail]
+    segments: list[SegmentDetail] = Field(
+        description="By lane priority (the dlq lane last), then epoch, then cluster."
+    )
     producers: dict[str, int] = Field(description="Live producers and their epochs.")
 
 
@@ -203,8 +205,13 @@ def failover_router(runtime: FailoverRuntime, require_token: Callable[..., str])
     )
     def list_segments(name: StreamPath) -> SegmentsOut:
         table = svc.routing(name)
+        order = {lane: i for i, lane in enumerate(table.all_lanes)}
+        pairs = sorted(
+            zip(table.segments, RoutingOut.of(table).segments, strict=True),
+            key=lambda p: (order.get(p[0].lane, len(order)), p[0].epoch, p[0].cluster),
+        )
         out = []
-        for seg, wire in zip(table.segments, RoutingOut.of(table).segments, strict=True):
+        for seg, wire in pairs:
             drained = (
                 sorted(runtime.store.drained_groups(name, seg.cluster, seg.topic))
                 if seg.state is not SegmentState.ACTIVE

@@ -48,7 +48,7 @@ class HealthState:
     health: ClusterHealth = ClusterHealth.UNKNOWN
     since: float | None = None  # when ``health`` began
     failing_since: float | None = None  # start of the first failed probe of the streak
-    last_error: str | None = None
+    last_error: str | None = None  # the failing streak's latest error; None when ok
     consecutive_failures: int = 0
 
 
@@ -65,7 +65,9 @@ def observe_probe(
     if ok:
         if state.health is ClusterHealth.OK:
             return state
-        return HealthState(ClusterHealth.OK, since=now, last_error=state.last_error)
+        # Back to ok: the error is no longer the cluster's state (it stays in the audit
+        # log's cluster.degraded/down entries).
+        return HealthState(ClusterHealth.OK, since=now)
     failing_since = state.failing_since if state.failing_since is not None else started
     health = ClusterHealth.DOWN if now - failing_since >= threshold_s else ClusterHealth.DEGRADED
     since = state.since if health is state.health else now

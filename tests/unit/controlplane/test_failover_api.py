@@ -186,6 +186,13 @@ def test_segments_drained_and_listing(fhttp: TestClient) -> None:
     assert by_topic["sp.orders.realtime.e1"]["drained_by"] == ["archiver", "indexer"]
     assert by_topic["sp.orders.realtime.e1"]["state"] == "draining"
     assert by_topic["sp.orders.realtime.e2"]["drained_by"] == []
+    # by lane priority (not by name), the dlq lane last, then epoch
+    assert [(s["lane"], s["epoch"]) for s in doc["segments"]] == [
+        ("realtime", 1),
+        ("realtime", 2),
+        ("bulk", 1),
+        ("dlq", 1),
+    ]
 
 
 def test_declare_lost_is_audited(fhttp: TestClient) -> None:

@@ -67,12 +67,13 @@ def test_health_keeps_since_and_counts_failures() -> None:
     s3 = observe_probe(s2, ok=False, started=2, now=3.5, threshold_s=3, error="e3")
     assert (s3.health, s3.since) == (DOWN, 3.5)
     back = observe_probe(s3, ok=True, started=4, now=4.1, threshold_s=3)
-    assert (back.health, back.since, back.failing_since, back.consecutive_failures) == (
-        OK,
-        4.1,
-        None,
-        0,
-    )
+    assert (
+        back.health,
+        back.since,
+        back.failing_since,
+        back.consecutive_failures,
+        back.last_error,
+    ) == (OK, 4.1, None, 0, None)
 
 
 TAGS = {
