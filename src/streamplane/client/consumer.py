@@ -693,6 +693,32 @@ class StreamConsumer:
         with self._lock:
             return list(self._loading)
 
+    def unfinished_partitions(self, timeout: float = 2.0) -> list[PartitionKey]:
+        """Partitions not read to their end: the ``waiting_partitions``, and those whose
+        read position is behind the end offset their cluster last reported (it stopped
+        answering mid-read), or whose end it cannot report now (``timeout`` seconds per
+        partition never fetched from). For a reader that wants everything there is (the
+        dlq's list and replay): ask once ``poll`` hands out nothing."""
+        with self._lock:
+            unfinished = list(self._loading)
+            positions = [
+                (s.key, s.next_fetch) for s in self._states.values() if s.next_fetch is not None
+            ]
+        for key, position in positions:
+            client = self._consumers.get(key.cluster)
+            if client is None:
+                continue
+            tp = TopicPartition(key.topic, key.partition)
+            try:
+                ends = client.get_watermark_offsets(tp, cached=True)
+                if ends is None or ends[1] < 0:  # no fetch answered yet: ask the broker
+                    ends = client.get_watermark_offsets(tp, timeout=timeout)
+            except _RawKafkaException:
+                ends = None
+            if ends is None or ends[1] > max(position, ends[0]):
+                unfinished.append(key)
+        return unfinished
+
     def poll(self, timeout: float = 1.0) -> StreamMessage | None:
         """The next record by lane priority, or None after ``timeout`` seconds."""
         got = self.poll_batch(1, timeout)

@@ -30,9 +30,9 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class DlqListing:
-    """What ``list_dead_letters`` read, and the dlq partitions it could not read (their
-    cluster did not say where to start: it is down), so a listing is never silently
-    short."""
+    """What ``list_dead_letters`` read, and the dlq partitions it could not read to
+    their end (their cluster is down: it did not say where to start, or stopped
+    answering mid-read), so a listing is never silently short."""
 
     letters: list[DeadLetter]
     unread: list[PartitionKey]
@@ -83,7 +83,7 @@ def list_dead_letters(
             return len(out) < limit
 
         _drain(consumer, idle_s, each)
-        unread = consumer.waiting_partitions() if len(out) < limit else []
+        unread = consumer.unfinished_partitions() if len(out) < limit else []
     return DlqListing(out, unread)
 
 
@@ -142,7 +142,7 @@ def replay(
             m.ack()
         replayed += len(batch)
         progress(replayed)
-        unread = consumer.waiting_partitions()
+        unread = consumer.unfinished_partitions()
     if unread:
         raise KafkaError(
             f"replayed {replayed} records, but {describe_unread(unread)} (the cluster does "

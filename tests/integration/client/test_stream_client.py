@@ -398,3 +398,49 @@ def _close_while_running(
     runner.join(10)
     assert not runner.is_alive(), "run() went on after close()"
     assert not errors, errors
+
+
+def test_unfinished_partitions_names_a_partition_read_only_in_part(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """A reader that stopped before a partition's end (here held by its in-flight
+    window, as a cluster that stops answering mid-read holds it) is told so: the dlq's
+    list and replay report such partitions instead of a short read as complete."""
+    client: ControlPlaneClient = control_plane.client()
+    stream = stream_factory(cluster="local-a", lanes=("default",), partitions=1)
+    with StreamProducer(stream, client) as producer:
+        for i in range(20):  # one record batch each: a fetch of one batch holds one record
+            producer.send(b"%d" % i, lane="dlq")
+            producer.flush()
+    one_batch_a_fetch = {
+        "max.partition.fetch.bytes": 1,
+        "fetch.max.bytes": 1000,
+        "message.max.bytes": 1000,
+    }
+    with StreamConsumer(
+        stream,
+        f"g-{uuid.uuid4().hex[:6]}",
+        client,
+        lanes=["dlq"],
+        read_only=True,
+        max_in_flight=3,
+        extra_config=one_batch_a_fetch,
+    ) as reader:
+        held = []
+        deadline = time.monotonic() + 30
+        while len(held) < 3 and time.monotonic() < deadline:
+            held += reader.poll_batch(10, 0.5)
+        held += reader.poll_batch(10, 1.0)  # paused at its window: nothing more comes
+        assert 3 <= len(held) < 20, len(held)
+        dlq_partition = [k for k in reader.assignment() if k.topic.startswith(f"sp.{stream}.dlq")]
+        assert reader.unfinished_partitions() == dlq_partition
+        for msg in held:
+            msg.ack()
+        read = len(held)
+        deadline = time.monotonic() + 30
+        while read < 20 and time.monotonic() < deadline:
+            for msg in reader.poll_batch(10, 0.5):
+                msg.ack()
+                read += 1
+        assert read == 20
+        assert reader.unfinished_partitions() == []
