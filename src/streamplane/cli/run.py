@@ -59,7 +59,8 @@ def run(keep: bool, records: int, rate: int, job: str, data_dir: Path) -> None:
     desc = fleet.up(FleetSpec(data_dir=data_dir), progress=progress)
     # A fresh fleet gets a fresh control-plane state (the old one names dead ports).
     shutil.rmtree(data_dir / "control-plane", ignore_errors=True)
-    cp = ControlPlaneProcess(data_dir / "control-plane")
+    # Started again if it exits on its own (a native library's abort) while the job runs.
+    cp = ControlPlaneProcess(data_dir / "control-plane", restart_on_exit=True)
     try:
         for cluster in desc.clusters.values():
             progress(f"round trip on {cluster.name}")

@@ -1,16 +1,21 @@
 """Run the control plane as a child process (for `make run`, tests and benchmarks).
 
 ``stop()`` takes it away and ``start()`` brings it back on the same port and database,
-so clients can be exercised while the control plane is down.
+so clients can be exercised while the control plane is down. With ``restart_on_exit``
+(``make run``), a control plane that exits on its own (a crash: a native library can
+abort the process) is started again on the same port and database, and the restart is
+logged; clients ride through the gap on their cached routing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +24,9 @@ import httpx
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.exceptions import LocalFleetError
+
+log = logging.getLogger(__name__)
+_WATCH_INTERVAL_S = 0.5
 
 
 def free_port() -> int:
@@ -38,6 +46,7 @@ class ControlPlaneProcess:
         db_url: str | None = None,
         log_level: str = "warning",
         extra_args: Sequence[str] = (),
+        restart_on_exit: bool = False,
     ) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
@@ -48,6 +57,10 @@ class ControlPlaneProcess:
         self.log_level = log_level
         self.extra_args = list(extra_args)  # more `serve` options, e.g. ["--health"]
         self._proc: subprocess.Popen[bytes] | None = None
+        self.restart_on_exit = restart_on_exit
+        self.restarts = 0  # times it was started again after exiting on its own
+        self._watcher: threading.Thread | None = None
+        self._lock = threading.Lock()  # start and stop against the watcher
 
     @property
     def url(self) -> str:
@@ -65,6 +78,47 @@ class ControlPlaneProcess:
         return ControlPlaneClient(self.url, token=self.token, timeout=timeout)
 
     def start(self, timeout_s: float = 30.0) -> None:
+        with self._lock:
+            self._start(timeout_s)
+            if self.restart_on_exit and self._watcher is None:
+                self._watcher = threading.Thread(
+                    target=self._watch, name="sp-control-plane-watch", daemon=True
+                )
+                self._watcher.start()
+
+    def _watch(self) -> None:
+        """Start the control plane again whenever it exits without ``stop()``."""
+        while True:
+            time.sleep(_WATCH_INTERVAL_S)
+            with self._lock:
+                proc = self._proc
+                if proc is None:  # stopped on purpose (or a restart failed)
+                    self._watcher = None
+                    return
+                if proc.poll() is None:
+                    continue
+                tail = self._log_tail()
+                log.warning(
+                    "control plane exited with code %s (%s): starting it again on %s",
+                    proc.returncode,
+                    tail,
+                    self.url,
+                )
+                self._proc = None
+                try:
+                    self._start(30.0)
+                    self.restarts += 1
+                except LocalFleetError as exc:
+                    log.error("control plane restart failed: %s", exc)
+
+    def _log_tail(self, lines: int = 5) -> str:
+        try:
+            tail = self.log_file.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError:
+            return "no log"
+        return " | ".join(tail) or "no log"
+
+    def _start(self, timeout_s: float) -> None:
         if self.running:
             return
         args = [
@@ -73,27 +127,32 @@ class ControlPlaneProcess:
             "--token", self.token, "--no-import-local", "--log-level", self.log_level,
         ]  # fmt: skip
         args += self.extra_args
-        with self.log_file.open("ab") as log:
+        with self.log_file.open("ab") as out:
             self._proc = subprocess.Popen(
                 args,
                 cwd=self.state_dir,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace").strip().splitlines()[-5:]
-                raise LocalFleetError(f"control plane exited at start: {' | '.join(tail)}")
+                self._proc = None
+                raise LocalFleetError(f"control plane exited at start: {self._log_tail()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
                     return
             time.sleep(0.1)
-        self.stop()
+        self._stop(kill=False)
         raise LocalFleetError(f"control plane did not answer on {self.url} in {timeout_s:.0f}s")
 
     def stop(self, kill: bool = False) -> None:
+        """Take it away (not restarted: ``start()`` brings it back)."""
+        with self._lock:
+            self._stop(kill)
+
+    def _stop(self, kill: bool) -> None:
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
