@@ -701,8 +701,10 @@ class StreamConsumer:
         dlq's list and replay): ask once ``poll`` hands out nothing."""
         with self._lock:
             unfinished = list(self._loading)
+            # (a new group's partition has no position until its first fetch: then any
+            # record between the partition's ends is unread)
             positions = [
-                (s.key, s.next_fetch) for s in self._states.values() if s.next_fetch is not None
+                (s.key, -1 if s.next_fetch is None else s.next_fetch) for s in self._states.values()
             ]
         for key, position in positions:
             client = self._consumers.get(key.cluster)
