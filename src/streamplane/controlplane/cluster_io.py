@@ -25,7 +25,13 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamplane.exceptions import KafkaError
-from streamplane.kafka.admin import QUIET, await_future, to_kafka_error
+from streamplane.kafka.admin import (
+    QUIET,
+    STALE_LEADER_EPOCH,
+    await_future,
+    refresh_metadata,
+    to_kafka_error,
+)
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
 
 HEALTH_TOPIC = "__streamplane_health"
@@ -122,6 +128,15 @@ class KafkaClusterIO:
                 raise
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
+        try:
+            return self._end_offsets(topic, partitions, timeout)
+        except KafkaError as err:
+            if err.code not in STALE_LEADER_EPOCH:
+                raise
+        refresh_metadata(self._admin, timeout)  # a broker restarted: learn its new epoch
+        return self._end_offsets(topic, partitions, timeout)
+
+    def _end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         wanted = {TopicPartition(topic, p): latest for p in range(partitions)}
         try:

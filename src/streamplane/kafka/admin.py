@@ -275,22 +275,41 @@ def _results(futures: Mapping[str, Any], what: str, timeout: float) -> dict[str,
     deadline = time.monotonic() + timeout  # for them all, not per future
     for name, fut in futures.items():
         try:
-            await_future(fut, max(0.0, deadline - time.monotonic()), f"{what} {name}")
+            left = max(0.0, deadline - time.monotonic())
+            await_future(fut, left, f"{what} {name}", waited_s=timeout)
             out[name] = None
         except KafkaError as err:
             out[name] = err
     return out
 
 
-def await_future(future: Any, timeout: float, what: str) -> Any:
+def await_future(future: Any, timeout: float, what: str, waited_s: float | None = None) -> Any:
     """An admin future's result. Its failure, or no answer within ``timeout`` seconds
     (a cluster that is down: the future's own TimeoutError, which reached the HTTP API
-    as a 500), is a KafkaError."""
+    as a 500), is a KafkaError. ``waited_s``: the whole wait to name in that error when
+    ``timeout`` is what was left of it (futures awaited under one deadline)."""
     try:
         return future.result(timeout=timeout)
     except KafkaException as exc:
         raise to_kafka_error(exc, what) from exc
     except TimeoutError:
+        waited = timeout if waited_s is None else waited_s
         raise KafkaError(
-            f"{what}: no answer in {timeout:g}s", code="_TIMED_OUT", retriable=True
+            f"{what}: no answer in {waited:g}s", code="_TIMED_OUT", retriable=True
         ) from None
+
+
+# Errors of a request sent with a leader epoch the client cached before the partition's
+# leader changed (a broker restart bumps it).
+STALE_LEADER_EPOCH = frozenset({"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"})
+
+
+def refresh_metadata(admin: AdminClient, timeout: float) -> None:
+    """Ask for the cluster's metadata, so the admin client's cache learns the current
+    leaders and their epochs. librdkafka (2.16) sends ListOffsets with the leader epoch
+    it cached and, when a broker restart has bumped it, fails with FENCED_LEADER_EPOCH
+    without ever refreshing by itself: measured, an AdminClient kept failing for 60 s
+    after the broker was back (a new client answered at once), and one metadata request
+    made the next ListOffsets answer. Best effort: a failure is left to the next call."""
+    with contextlib.suppress(KafkaException):
+        admin.list_topics(timeout=timeout)

@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from streamplane.core.commitlog import is_streamplane_metadata, peek_low_watermark_timestamp
 from streamplane.core.offsets_topic import OffsetCommit, OffsetTombstone, decode_record
 from streamplane.exceptions import CodecError, KafkaError
-from streamplane.kafka.admin import QUIET, to_kafka_error
+from streamplane.kafka.admin import QUIET, STALE_LEADER_EPOCH, refresh_metadata, to_kafka_error
 from streamplane.kafka.clients import consume_available
 
 log = logging.getLogger(__name__)
@@ -397,12 +397,18 @@ class LogEnds:
         futures = self._admin.list_offsets(request, request_timeout=timeout)
         deadline = time.monotonic() + timeout  # for them all, not per partition
         out: dict[tuple[str, int], int] = {}
+        stale = False
         for tp, fut in futures.items():
             try:
                 left = max(0.0, deadline - time.monotonic())
                 out[(tp.topic, tp.partition)] = int(fut.result(timeout=left).offset)
-            except (KafkaException, TimeoutError):
-                continue  # topic deleted, leader moving, cluster down: the next poll asks again
+            except KafkaException as exc:
+                # topic deleted, leader moving, cluster down: the next poll asks again
+                stale = stale or to_kafka_error(exc, "").code in STALE_LEADER_EPOCH
+            except TimeoutError:
+                continue
+        if stale:  # after a broker restart: else every later poll fails the same way
+            refresh_metadata(self._admin, timeout)
         return out
 
 
