@@ -193,6 +193,8 @@ class ClusterWorker:
         self._keys: dict[CommitKey, Route | None] = {}
         self._dlq_partitions = dlq_partitions
         self._dlq_ends: dict[tuple[str, int], int] = {}
+        # Why the last end-offset poll left partitions out (None: it answered for all).
+        self.end_offsets_error: str | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
         # Set by the reader when a commit carries no timestamp for its committed record:
@@ -349,10 +351,26 @@ class ClusterWorker:
             wanted = {(t, p) for (_, t, p) in self._keys}
         if not wanted and not dlq:
             return
-        observed = ends.fetch(wanted | set(dlq))
+        asked = wanted | set(dlq)
+        try:
+            observed = ends.fetch(asked)
+        except (KafkaError, StreamplaneError) as exc:
+            self.end_offsets_error = f"end offsets: {exc}"
+            raise
+        missing = len(asked) - len(observed)
+        self.end_offsets_error = (
+            f"end offsets of {missing} of {len(asked)} partitions unanswered" if missing else None
+        )
         now = self._now_ms()
         with self.lock:
-            self._dlq_ends = {tp: observed[tp] for tp in dlq if tp in observed}
+            # A dlq partition left out keeps its last known end (its records do not
+            # vanish from /v1/lag/dlq while its cluster does not answer).
+            last = self._dlq_ends
+            self._dlq_ends = {
+                tp: observed[tp] if tp in observed else last[tp]
+                for tp in dlq
+                if tp in observed or tp in last
+            }
             for (topic, partition), end in observed.items():
                 self.model.observe_end_offset(topic, partition, end, now)
         self._lookup_timestamps(lookup)
@@ -539,7 +557,16 @@ class LagMonitor:
         }
 
     def readers(self) -> list[ReaderStatus]:
-        return [w.status for w in self._workers_now()]
+        """Each cluster's reader, with the end-offset poll's error when the reader has
+        none of its own (``__consumer_offsets`` reads go quiet, not wrong, while a
+        cluster is down: the poll is what notices)."""
+        out = []
+        for w in self._workers_now():
+            status = w.status
+            if status.last_error is None and w.end_offsets_error is not None:
+                status = replace(status, last_error=w.end_offsets_error)
+            out.append(status)
+        return out
 
     def dlq_records(self) -> list[tuple[str, str, str, int]]:
         """(stream, cluster, topic, records) per dlq segment: the log-end offsets summed

@@ -90,3 +90,50 @@ def test_dashboard_files_are_served(http: TestClient) -> None:
     assert http.get("/ui/dashboard.js").headers["content-type"].startswith("text/javascript")
     assert http.get("/ui/dashboard.css").status_code == 200
     assert http.get("/ui/secret.py").status_code == 404
+
+
+class _StubEnds:
+    """LogEnds answering for the partitions in ``ends`` only (the others' cluster is
+    down)."""
+
+    def __init__(self, ends: dict[tuple[str, int], int]) -> None:
+        self.ends = ends
+
+    def fetch(self, partitions: object, timeout: float = 5.0) -> dict[tuple[str, int], int]:
+        return {tp: end for tp, end in self.ends.items() if tp in partitions}  # type: ignore[operator]
+
+
+class _NoLookup:
+    def lookup(self, wanted: object, timeout: float = 1.0) -> dict[tuple[str, int, int], int]:
+        return {}
+
+
+def test_an_unanswered_end_offset_poll_is_reported_and_keeps_dlq_counts(http: TestClient) -> None:
+    """While a cluster does not answer: /v1/lag/readers names it (its reader alone goes
+    quiet, not wrong), and /v1/lag/dlq keeps its dlq segments' last known counts."""
+    from streamplane.lag.monitor import ClusterWorker, MonitorSettings
+
+    dlq_tp = ("sp.orders.dlq.e1", 0)
+    worker = ClusterWorker(
+        "local-a",
+        "h:1",
+        MonitorSettings(),
+        lambda: NOW_S,
+        lambda c, t: ("orders", "dlq" if ".dlq." in t else "realtime"),
+        dlq_partitions=lambda cluster: [dlq_tp],
+    )
+    monitor = LagMonitor(static_topology({}), clock=lambda: NOW_S)
+    monitor._workers["local-a"] = worker
+    lag_plane(http.app).monitor = monitor
+    try:
+        worker._poll_once(_StubEnds({dlq_tp: 45}), _NoLookup())  # type: ignore[arg-type]
+        (reader,) = http.get("/v1/lag/readers").json()
+        assert reader["last_error"] is None
+        assert [d["records"] for d in http.get("/v1/lag/dlq").json()] == [45]
+
+        worker._poll_once(_StubEnds({}), _NoLookup())  # type: ignore[arg-type]
+        (reader,) = http.get("/v1/lag/readers").json()
+        assert reader["last_error"] == "end offsets of 1 of 1 partitions unanswered"
+        assert [d["records"] for d in http.get("/v1/lag/dlq").json()] == [45]  # not dropped
+    finally:
+        lag_plane(http.app).monitor = None
