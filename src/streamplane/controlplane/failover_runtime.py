@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 ClusterIOFactory = Callable[[str], ClusterIO]
 # The leader rewrites a cluster's health row at least this often (its "checked at").
 HEALTH_REWRITE_S = 5.0
+# A health record not rewritten for this long is no one's current view (health checks
+# were turned off, or no replica leads): reported as unknown.
+HEALTH_STALE_S = 6 * HEALTH_REWRITE_S
 
 
 class FailoverSettings(BaseModel):
@@ -91,8 +94,12 @@ class FailoverSettings(BaseModel):
     )
 
 
+def _process_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 def replica_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return f"{_process_id()}:{uuid.uuid4().hex[:6]}"
 
 
 class FailoverRuntime:
@@ -176,8 +183,19 @@ class FailoverRuntime:
 
     # ------------------------------------------------------------------ health
     def health_records(self) -> dict[str, HealthRecord]:
-        """Every cluster's health as last written by the leader (any replica serves it)."""
-        return self.store.health()
+        """Every cluster's health as last written by the leader (any replica serves it),
+        leaving out records nobody keeps current: with health checks off here, those
+        another process wrote (an earlier one's), and any not rewritten for
+        ``HEALTH_STALE_S`` (a leader rewrites its records every ``HEALTH_REWRITE_S``).
+        Before, a control plane started with health checks off showed what an earlier
+        process had seen (a dead cluster ``ok``)."""
+        fresh_after = utcnow() - timedelta(seconds=HEALTH_STALE_S)
+        return {
+            name: r
+            for name, r in self.store.health().items()
+            if _aware(r.updated_at) >= fresh_after
+            and (self.settings.health_enabled or r.replica.startswith(f"{_process_id()}:"))
+        }
 
     def _health_loop(self) -> None:
         while not self._stop.is_set():
@@ -438,3 +456,8 @@ def _describe(exc: BaseException) -> str:
     """An exception for a log line: its message, or its type when it has none (a
     timeout's message is empty)."""
     return str(exc) or type(exc).__name__
+
+
+def _aware(t: datetime) -> datetime:
+    """``t`` as an aware UTC time (SQLite hands back naive ones)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
 from fastapi import FastAPI
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
-from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
+from streamplane.controlplane.failover_runtime import (
+    HEALTH_STALE_S,
+    FailoverRuntime,
+    FailoverSettings,
+)
 from streamplane.controlplane.leadership import SingleReplica
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.core.failover import ClusterHealth
@@ -447,3 +453,21 @@ def test_follower_does_nothing(
     rt.start()
     rt.stop()
     assert states(service)["sp.orders.realtime.e1"] == "draining"
+
+
+def test_health_nobody_keeps_current_is_unknown(
+    fhttp: TestClient, runtime: FailoverRuntime
+) -> None:
+    """Records another process wrote while health checks are off here, and records no
+    leader rewrote for HEALTH_STALE_S, are served as unknown (before: a dead cluster
+    showed the ``ok`` an earlier process had written)."""
+    now = datetime.now(UTC)
+    runtime.store.save_health("local-a", "ok", now, None, "other-host:1:abcdef")
+    assert fhttp.get("/v1/clusters/local-a").json()["health"]["state"] == "unknown"
+    runtime.probe_once("local-a")  # this process's probe (driven by hand here)
+    assert fhttp.get("/v1/clusters/local-a").json()["health"]["state"] == "ok"
+    later = now + timedelta(seconds=HEALTH_STALE_S + 5)
+    with mock.patch("streamplane.controlplane.failover_runtime.utcnow", return_value=later):
+        assert fhttp.get("/v1/clusters/local-a").json()["health"]["state"] == "unknown"
+        overview = fhttp.get("/v1/health/clusters").json()
+        assert {c["name"]: c["health"] for c in overview["clusters"]}["local-a"] == "unknown"
