@@ -7,7 +7,7 @@ import json
 import click
 
 from streamplane.cli.connection import connect, connection_options, json_option
-from streamplane.cli.output import progress, table
+from streamplane.cli.output import counted, progress, table
 from streamplane.client.dlq import DeadLetter, describe_unread, list_dead_letters, replay
 from streamplane.exceptions import KafkaError
 
@@ -68,7 +68,7 @@ def _print_table(letters: list[DeadLetter]) -> None:
         for d in letters
     ]
     click.echo(table(["dlq record", "lane", "origin", "attempts", "error"], rows))
-    click.echo(f"{len(letters)} record{'' if len(letters) == 1 else 's'}")
+    click.echo(counted(len(letters), "record"))
 
 
 @dlq.command("replay")

@@ -3,7 +3,8 @@
 Reads ``GET /v1/lag`` from the control plane (its lag monitor follows every cluster's
 ``__consumer_offsets``). Without ``--group`` it prints one line per group; with it, one
 line per partition plus the group's total. ``--watch`` redraws every ``--interval``
-seconds until interrupted (Ctrl-C exits quietly).
+seconds until interrupted (Ctrl-C exits quietly), and keeps trying while the control
+plane does not answer.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import click
 
 from streamplane.cli.connection import connect, connection_options, echo_json, json_option
 from streamplane.cli.output import table
+from streamplane.exceptions import ControlPlaneUnavailable
 
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -110,13 +112,22 @@ def lag(
     """Time lag in seconds (and offset lag, status) of consumer groups, across clusters."""
     with connect(url, token) as cp:
         while True:
-            doc = cp.lag(group, stream)
-            if stream is not None and not doc.get("groups"):
-                cp.describe_stream(stream)  # nothing to show: NotFound if it does not exist
-            if as_json:
-                echo_json(doc)
+            try:
+                doc = cp.lag(group, stream)
+            except ControlPlaneUnavailable as exc:
+                if not watch:
+                    raise
+                # --watch rides through a control-plane restart: say so, try again.
+                text = f"{exc}; trying again every {interval:g}s"
             else:
-                text = render(doc, group)
+                if stream is not None and not doc.get("groups"):
+                    cp.describe_stream(stream)  # nothing to show: NotFound if no such stream
+                if as_json:
+                    echo_json(doc)
+                    text = ""
+                else:
+                    text = render(doc, group)
+            if text:
                 if watch:
                     stamp = time.strftime("%H:%M:%S")
                     head = f"streamplane lag  {stamp}  (every {interval:g}s, Ctrl-C quits)"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from streamplane.cli.output import progress, table
+from streamplane.cli.output import counted, progress, table
 from streamplane.local.distribution import KafkaDistribution
 from streamplane.local.fleet import ClusterStatus, FleetSpec, LocalFleet
 
@@ -89,7 +89,7 @@ def up(
     fleet = LocalFleet(data_dir)
     desc = fleet.up(spec, progress=progress)
     click.echo(
-        f"{len(desc.clusters)} clusters up in {time.monotonic() - started:.1f}s "
+        f"{counted(len(desc.clusters), 'cluster')} up in {time.monotonic() - started:.1f}s "
         f"(Kafka {desc.kafka_version}); descriptor: {fleet.descriptor_file}"
     )
     for c in desc.clusters.values():

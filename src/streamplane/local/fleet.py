@@ -243,7 +243,7 @@ class LocalFleet:
                 clusters=started,
             )
             desc.save(self.descriptor_file)
-            progress(f"waiting for {len(started)} clusters to become healthy")
+            progress(f"waiting for {', '.join(started)} to become healthy")
             for cluster in started.values():
                 wait_healthy(cluster, timeout_s=spec.startup_timeout_s)
         except BaseException:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from streamplane.cli.lag import render, seconds
+from unittest import mock
+
+from click.testing import CliRunner
+
+from streamplane.cli.lag import lag, render, seconds
 
 DOC = {
     "now_ms": 1,
@@ -60,3 +64,22 @@ def test_empty_and_off() -> None:
 
 def test_seconds() -> None:
     assert [seconds(v) for v in (None, 0.04, 90, 7200)] == ["-", "0.0s", "1.5m", "2.0h"]
+
+
+def test_watch_keeps_trying_while_the_control_plane_is_away() -> None:
+    """`lag --watch` rides through a control-plane restart (it used to exit at the first
+    failed redraw); without --watch the error ends the command."""
+    nowhere = ["--url", "http://127.0.0.1:1"]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    with mock.patch("streamplane.cli.lag.time.sleep", sleep):
+        out = CliRunner().invoke(lag, [*nowhere, "--watch", "--interval", "0.5"])
+    assert out.exit_code == 0, out.output
+    assert out.output.count("trying again every 0.5s") == 2
+    once = CliRunner().invoke(lag, nowhere)
+    assert once.exit_code != 0 and "unreachable" in str(once.exception or once.output)
