@@ -40,7 +40,7 @@ from streamplane.core.mapper import (
     scale,
 )
 from streamplane.core.throttle import ReplicaChange, ThrottleLimits
-from streamplane.exceptions import ConfigError
+from streamplane.exceptions import ConfigError, StreamplaneError
 from streamplane.ops.autothrottle import (
     Autothrottle,
     AutothrottleParams,
@@ -48,12 +48,25 @@ from streamplane.ops.autothrottle import (
     default_state_file,
     terminate_on,
 )
-from streamplane.ops.executor import CheckedPlan, Executor, ExecutorParams, Progress, check_plan
+from streamplane.ops.executor import (
+    CheckedPlan,
+    ExecutionReport,
+    Executor,
+    ExecutorParams,
+    Progress,
+    ReassignmentTimeout,
+    check_plan,
+)
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
 from streamplane.ops.metrics_fetcher import LogDirsSource, MetricsFetcher, cluster_view
 from streamplane.ops.tags_client import TagsClient
 
 BOOTSTRAP_ENV = "STREAMPLANE_BOOTSTRAP"
+STATE_FILE_HELP = (
+    "Autothrottle's record of what it set (default: "
+    ".streamplane/ops/autothrottle-<hash>.json in the current directory, <hash> naming "
+    "the bootstrap servers)."
+)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
@@ -139,7 +152,7 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--state-file",
             type=click.Path(path_type=Path, dir_okay=False),
             default=None,
-            help="Autothrottle's record of what it set (default: .streamplane/ops/).",
+            help=STATE_FILE_HELP,
         ),
     ):
         f = decorator(f)
@@ -211,7 +224,7 @@ def apply_checked(
         click.echo("nothing to apply: every partition already has its target replicas")
         return
     if not yes:
-        click.confirm(f"apply {len(checked.changes())} partition change(s)?", abort=True, err=True)
+        confirm_or_exit(f"apply {len(checked.changes())} partition change(s)?")
     throttle: Autothrottle | None = None
     if throttle_capacity is not None:
         throttle = Autothrottle(
@@ -238,12 +251,17 @@ def apply_checked(
         before_submit=(lambda _: None) if throttle is None else (lambda c: _prepare(throttle, c)),
     )
     try:
-        with terminate_on(signal.SIGTERM):
-            report = executor.apply(checked)
-    finally:
-        line.close()
-        if throttle is not None:
-            throttle.clear()
+        report = _execute(executor, checked, line, throttle, leaves_running=no_wait)
+    except Terminated as exc:
+        cleaned = "the batch in flight cancelled" + (", throttles removed" if throttle else "")
+        click.echo(f"{exc}: {cleaned}", err=True)
+        raise SystemExit(143) from None
+    except ReassignmentTimeout as exc:
+        if throttle is None:
+            raise
+        raise ReassignmentTimeout(
+            f"{exc}; {_throttles_left(throttle, bootstrap)}", exc.pending
+        ) from exc
     if no_wait:
         click.echo(f"submitted {len(checked.changes()) - len(report.failed)} reassignment(s)")
     else:
@@ -252,6 +270,67 @@ def apply_checked(
         click.echo(f"failed: {key[0]}-{key[1]}: {err}", err=True)
     if report.failed:
         raise ConfigError(f"{len(report.failed)} partition(s) were refused by the cluster")
+    if no_wait and throttle is not None:
+        click.echo(_throttles_left(throttle, bootstrap), err=True)
+
+
+def confirm_or_exit(question: str) -> None:
+    """Ask before applying. Answering no exits 1, not 130: a declined prompt is not an
+    interrupt (Ctrl-C at the prompt still is one, and gives 130)."""
+    if not click.confirm(question, err=True):
+        click.echo("not applied", err=True)
+        raise SystemExit(1)
+
+
+def _execute(
+    executor: Executor,
+    checked: CheckedPlan,
+    line: ProgressLine,
+    throttle: Autothrottle | None,
+    *,
+    leaves_running: bool,
+) -> ExecutionReport:
+    """Apply the plan, then remove the throttles, unless reassignments are left running
+    (``--no-wait``, ``--timeout``): their throttles and the state file stay, for
+    ``ops throttle`` to manage and remove when the copies end, or for ``ops apply
+    --cancel`` to remove with them. SIGTERM and Ctrl-C cancel the batch in flight
+    (in the executor), then the throttles go too."""
+    keep_throttles = leaves_running
+    try:
+        with terminate_on(signal.SIGTERM):
+            return executor.apply(checked)
+    except ReassignmentTimeout:
+        keep_throttles = True
+        raise
+    finally:
+        line.close()
+        if throttle is not None and not keep_throttles:
+            throttle.clear()
+
+
+def _throttles_left(throttle: Autothrottle, bootstrap: str) -> str:
+    """Where the throttles of reassignments left running are, and the two ways to end
+    them (with the options that find the same state file)."""
+    state_file = throttle.params.state_file
+    same = f"--bootstrap {bootstrap}"
+    if state_file != default_state_file(bootstrap):
+        same += f" --state-file {state_file}"
+    return (
+        f"their throttles stay, recorded in {state_file}: `streamplane ops throttle {same} "
+        "--capacity RATE` keeps throttling them and removes the throttles when they end; "
+        f"`streamplane ops apply --cancel {same}` stops them and removes the throttles"
+    )
+
+
+def remove_recorded_throttles(admin: KafkaOpsAdmin, bootstrap: str, state_file: Path) -> list[str]:
+    """Remove the throttles an ``--autothrottle`` run left with its reassignments
+    (``--timeout``, ``--no-wait``, a kill): what its state file records."""
+    return Autothrottle(
+        admin,
+        AutothrottleParams(capacity=1, limits=ThrottleLimits(minimum=1), state_file=state_file),
+        bootstrap=bootstrap,
+        log=progress,
+    ).recover()
 
 
 def _prepare(throttle: Autothrottle, changes: list[ReplicaChange]) -> None:
@@ -313,6 +392,39 @@ def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
     ):
         f = decorator(f)
     return f
+
+
+@contextlib.contextmanager
+def flag_names() -> Iterator[None]:
+    """Planner messages name the mapper's Python parameters (``pass min_rack_ids=3``); on
+    the command line they are flags (``--min-rack-ids 3``)."""
+    try:
+        yield
+    except StreamplaneError as exc:
+        text = _PARAM_NAME.sub(lambda m: _flag(m.group(1), m.group(2)), str(exc))
+        if text == str(exc):
+            raise
+        raise ConfigError(text) from exc
+
+
+# The mapper parameters spelt differently as flags (names with an underscore).
+_FLAG_PARAMS = (
+    "min_rack_ids",
+    "replication_factor",
+    "substitution_affinity",
+    "optimize_leadership",
+    "storage_threshold_bytes",
+    "storage_threshold",
+    "partition_limit",
+    "min_partition_size",
+    "locality_scoped",
+)
+_PARAM_NAME = re.compile(rf"\b({'|'.join(_FLAG_PARAMS)})\b(?:=([^\s,;:)]+))?")
+
+
+def _flag(param: str, value: str | None) -> str:
+    flag = "--" + param.replace("_", "-")
+    return flag if value is None else f"{flag} {value}"
 
 
 def _planning(
@@ -424,7 +536,8 @@ def map_rebuild(
         seed=seed,
     )
     try:
-        plan_ = rebuild(view.partitions, view.brokers, params)
+        with flag_names():
+            plan_ = rebuild(view.partitions, view.brokers, params)
     except BaseException:
         admin.close()
         raise
@@ -509,7 +622,8 @@ def map_rebalance(
                 optimize_leadership,
             ),
         )
-        plan_ = rebalance(view.partitions, view.brokers, params)
+        with flag_names():
+            plan_ = rebalance(view.partitions, view.brokers, params)
     except BaseException:
         admin.close()
         raise
@@ -566,7 +680,8 @@ def map_scale(
                 optimize_leadership,
             ),
         )
-        plan_ = scale(view.partitions, view.brokers, params)
+        with flag_names():
+            plan_ = scale(view.partitions, view.brokers, params)
     except BaseException:
         admin.close()
         raise
@@ -576,7 +691,12 @@ def map_scale(
 # ---------------------------------------------------------------------- apply
 @ops.command("apply")
 @click.argument("plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--cancel", is_flag=True, help="Cancel every reassignment in progress instead.")
+@click.option(
+    "--cancel",
+    is_flag=True,
+    help="Cancel every reassignment in progress instead, and remove the throttles an "
+    "--autothrottle run left with them (its --state-file).",
+)
 @click.option("--allow-mixed-replication", is_flag=True)
 @json_option
 @executor_options
@@ -600,6 +720,10 @@ def apply(
         if cancel:
             done = Executor(admin).cancel()
             click.echo(f"cancelled {len(done)} reassignment(s)")
+            state_file = exec_opts["state_file"] or default_state_file(bs)
+            cleared = remove_recorded_throttles(admin, bs, state_file)
+            if cleared:
+                click.echo(f"removed throttles from {len(cleared)} resource(s)")
             return
         assert plan_file is not None
         try:
@@ -638,7 +762,7 @@ def apply(
     "--state-file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Record of what was set (default: .streamplane/ops/autothrottle-<cluster>.json).",
+    help=STATE_FILE_HELP,
 )
 @click.option("--forever", is_flag=True, help="Keep watching after reassignments finish.")
 @click.option(
@@ -777,7 +901,7 @@ def tags_create_topic(
     token: str | None,
 ) -> None:
     """Create TOPIC on the brokers of CLUSTER that have every --broker-tag."""
-    with connect(url, token) as cp:
+    with connect(url, token) as cp, flag_names():
         doc = TagsClient(cp).create_topic(
             cluster,
             topic,

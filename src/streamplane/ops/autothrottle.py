@@ -27,6 +27,14 @@ that crashed or was killed, and runs first on every start; ``run()`` removes eve
 throttle on a normal exit, on an exception and on SIGTERM/SIGINT (``terminate_on``
 turns SIGTERM into ``Terminated``). A value that was already set before we touched it
 is recorded and restored instead of deleted.
+
+Only live brokers (those in the cluster metadata) are read or written. A dead broker
+sends nothing, so there is nothing to throttle, and Kafka cannot take a config of a
+broker it does not know (kafka-python sends broker configs to the broker itself:
+``UnknownBrokerIdError``); replacing a dead broker is exactly when reassignments run
+with one in their replica sets. A throttle set on a broker that died afterwards cannot
+be removed until it is back: it stays recorded in the state file (which then survives
+the cleanup) for the next start or ``ops throttle --clear``.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from streamplane.core.throttle import (
     LEADER_RATE,
     LEADER_REPLICAS,
     BrokerTraffic,
+    ReassignmentRoles,
     ReplicaChange,
     ThrottleLimits,
     ThrottleRates,
@@ -178,6 +187,7 @@ class Autothrottle:
         self._state = ThrottleState(bootstrap)
         self._last: tuple[float, dict[tuple[int, TopicPartition], int]] | None = None
         self._rates: dict[int, ThrottleRates] = {}
+        self._told_unreachable: set[str] = set()
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[str]:
@@ -195,26 +205,57 @@ class Autothrottle:
         return self._restore_all()
 
     def _restore_all(self) -> list[str]:
+        """Restore every recorded resource of a live broker or topic; returns them.
+
+        Resources of brokers that are not alive are kept in the state file (it is only
+        deleted once nothing is left in it), so that a later start removes them."""
+        live = self._live_brokers()
         changes = []
+        kept: list[str] = []
         for resource, keys in sorted(self._state.previous.items()):
             kind, _, name = resource.partition(":")
+            if not _reachable(resource, live):
+                kept.append(resource)
+                continue
             changes.append(_restore_change(kind, name, keys))
         if changes:
             self._apply(changes, "remove throttles")
-        names = sorted(self._state.previous)
-        self._state = ThrottleState(self.bootstrap)
+        names = sorted(set(self._state.previous) - set(kept))
+        self._state = ThrottleState(
+            self.bootstrap,
+            previous={r: self._state.previous[r] for r in kept},
+            current={r: self._state.current[r] for r in kept if r in self._state.current},
+        )
         self._rates = {}
-        with contextlib.suppress(FileNotFoundError):
-            self.params.state_file.unlink()
+        if kept:
+            self._state.save(self.params.state_file)
+            self._tell_unreachable(kept)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.params.state_file.unlink()
         return names
+
+    def _live_brokers(self) -> set[int]:
+        return set(self.admin.brokers())
+
+    def _tell_unreachable(self, resources: list[str]) -> None:
+        """Say once (not at every step of ``--forever``) which throttles wait for their
+        broker to come back."""
+        if set(resources) == self._told_unreachable:
+            return
+        self._told_unreachable = set(resources)
+        ids = ", ".join(r.partition(":")[2] for r in resources)
+        self._log(
+            f"broker(s) {ids} not alive: the throttles set on them stay recorded in "
+            f"{self.params.state_file}; `streamplane ops throttle --clear` removes them "
+            "once they are back"
+        )
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepResult:
         running = self.admin.list_reassignments()
         if not running:
-            cleared = bool(self._state.previous)
-            if cleared:
-                self._restore_all()
+            cleared = bool(self._state.previous) and bool(self._restore_all())
             self._last = None
             return StepResult(0, {}, {}, cleared)
         changes = [_change(r) for r in running.values()]
@@ -229,7 +270,8 @@ class Autothrottle:
     def _set(
         self, changes: list[ReplicaChange], traffic: Mapping[int, BrokerTraffic]
     ) -> StepResult:
-        roles = reassignment_roles(changes)
+        live = self._live_brokers()
+        roles = _live_roles(reassignment_roles(changes), live)
         topic_values = throttled_replicas(changes)
         plan = compute_throttles(
             traffic, self.params.capacity, roles, self.params.limits, self._rates
@@ -245,7 +287,7 @@ class Autothrottle:
             self._rates[b.broker_id] = ThrottleRates(b.leader_rate, b.follower_rate)
         for bid in plan.removals:
             self._rates.pop(bid, None)
-        self._write(broker_values, topic_values)
+        self._write(broker_values, topic_values, live)
         return StepResult(len(changes), broker_values, topic_values, False, tuple(plan.warnings))
 
     def _measure(self, running: Mapping[TopicPartition, Reassignment]) -> dict[int, BrokerTraffic]:
@@ -303,7 +345,12 @@ class Autothrottle:
         self,
         broker_values: Mapping[int, Mapping[str, str]],
         topic_values: Mapping[str, Mapping[str, str]],
+        live: set[int],
     ) -> None:
+        """Set ``*_values`` (live brokers only), restore what is no longer wanted; a
+        broker that died after we throttled it keeps its record, untouched, until it is
+        back."""
+        unreachable = {r: v for r, v in self._state.current.items() if not _reachable(r, live)}
         wanted: dict[str, dict[str, str]] = {}
         for bid, values in broker_values.items():
             wanted[ThrottleState.resource("broker", str(bid))] = dict(values)
@@ -313,7 +360,7 @@ class Autothrottle:
         if new_resources:
             self._record_previous(new_resources)
         changes: list[ConfigChange] = []
-        for resource in sorted(set(wanted) | set(self._state.current)):
+        for resource in sorted((set(wanted) | set(self._state.current)) - set(unreachable)):
             kind, _, name = resource.partition(":")
             target = wanted.get(resource, {})
             had = self._state.current.get(resource, {})
@@ -330,7 +377,7 @@ class Autothrottle:
                 changes.append(ConfigChange(_kind(kind), name, set_now, restore.delete))
             else:
                 changes.append(ConfigChange(_kind(kind), name, set_now))
-        self._state.current = {r: v for r, v in wanted.items() if v}
+        self._state.current = {r: v for r, v in wanted.items() if v} | unreachable
         self._state.save(self.params.state_file)
         if changes:
             self._apply(changes, "set throttles")
@@ -398,6 +445,18 @@ def _rates_text(values: Mapping[str, str]) -> str:
     if FOLLOWER_RATE in values:
         parts.append(f"follower {int(values[FOLLOWER_RATE]) / 1e6:.2f} MB/s")
     return "/".join(parts) or "-"
+
+
+def _live_roles(roles: ReassignmentRoles, live: set[int]) -> ReassignmentRoles:
+    """The roles of live brokers only: a dead one sends nothing and cannot be configured
+    (and, with no traffic figures, would only add a warning at every step)."""
+    return ReassignmentRoles(roles.sources & live, roles.destinations & live)
+
+
+def _reachable(resource: str, live: set[int]) -> bool:
+    """Whether a state-file resource can be configured now: a topic, or a live broker."""
+    kind, _, name = resource.partition(":")
+    return kind != "broker" or int(name) in live
 
 
 def _kind(kind: str) -> ConfigKind:

@@ -12,6 +12,10 @@ destination brokers (brokers receiving new replicas) are busy at once, as kafka-
 operators do by hand with ``--brokers`` subsets; reorders and shrinks copy nothing and
 ride along in the first batch. A batch is done when Kafka no longer lists its
 reassignments and every partition shows exactly the target replicas, all in sync.
+
+Giving up is not cancelling: a batch that outlives ``timeout`` raises
+``ReassignmentTimeout`` and keeps running (Kafka finishes it on its own, ``cancel()``
+stops it), while an interrupt (Ctrl-C, SIGTERM, an error) cancels the batch in flight.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ class PlanRejected(ConfigError):
 
 class ReassignmentTimeout(KafkaError):
     """Reassignments did not finish in time (they keep running unless cancelled)."""
+
+    def __init__(self, message: str, pending: Collection[TopicPartition] = ()) -> None:
+        super().__init__(message)
+        self.pending = sorted(pending)
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,8 @@ class ExecutorParams:
     concurrency: int = 2
     poll_interval: float = 1.0
     timeout: float | None = None
-    """Seconds per batch; None waits for as long as it takes."""
+    """Seconds per batch; None waits for as long as it takes. A batch that times out is
+    left running (``ReassignmentTimeout``)."""
     wait: bool = True
     """False: submit every partition at once and return without waiting."""
 
@@ -200,7 +209,11 @@ class Executor:
         self._clock = clock
 
     def apply(self, plan: CheckedPlan) -> ExecutionReport:
-        """Run every batch to completion; Ctrl-C cancels the batch in flight and re-raises."""
+        """Run every batch to completion; Ctrl-C cancels the batch in flight and re-raises.
+
+        A batch that times out is not cancelled: ``ReassignmentTimeout`` leaves it (and
+        the batches not yet submitted) as they are.
+        """
         start = self._clock()
         report = ExecutionReport()
         changes = plan.changes()
@@ -219,6 +232,8 @@ class Executor:
                 if not submitted:
                     continue
                 self._wait(submitted, report, n, len(groups), total, start)
+            except ReassignmentTimeout:
+                raise  # given up on, not interrupted: the batch keeps running
             except BaseException:
                 # Interrupted (SIGTERM, Ctrl-C) while submitting or waiting: a request cut
                 # off mid-flight may still reach the controller, so cancel every key of
@@ -285,7 +300,8 @@ class Executor:
                 raise ReassignmentTimeout(
                     f"{len(pending)} partition(s) not reassigned after {self.params.timeout:g}s "
                     f"(e.g. {_name(next(iter(pending)))}); they keep running: "
-                    "`streamplane ops apply --cancel` stops them"
+                    "`streamplane ops apply --cancel` stops them",
+                    pending,
                 )
             self._sleep(self.params.poll_interval)
 

@@ -73,6 +73,18 @@ class StubOpsAdmin:
         if op in self.fail:
             raise self.fail[op]
 
+    def _check_alive(self, op: str, kind: ConfigKind, names: Collection[str]) -> None:
+        """Broker configs go to the broker itself: for a dead one (not in the metadata)
+        kafka-python fails the whole call with ``UnknownBrokerIdError``, as here."""
+        if kind != "broker":
+            return
+        for name in sorted(names):
+            if int(name) in self.dead:
+                raise KafkaError(
+                    f"{op} of broker {name}: UnknownBrokerIdError: {name}",
+                    code="UnknownBrokerIdError",
+                )
+
     def _step(self) -> None:
         for key, run in list(self.running.items()):
             run.steps_left -= 1
@@ -168,6 +180,8 @@ class StubOpsAdmin:
         self, changes: Sequence[ConfigChange]
     ) -> dict[tuple[ConfigKind, str], KafkaError | None]:
         self._check("alter_configs")
+        for c in changes:
+            self._check_alive("alter configs", c.kind, [c.name])
         self.calls.append(("alter_configs", list(changes)))
         out: dict[tuple[ConfigKind, str], KafkaError | None] = {}
         for c in changes:
@@ -190,6 +204,7 @@ class StubOpsAdmin:
         self, kind: ConfigKind, names: Collection[str]
     ) -> dict[str, dict[str, str]]:
         self._check("describe_configs")
+        self._check_alive("describe configs", kind, names)
         return {str(n): dict(self.configs.get((kind, str(n)), {})) for n in sorted(names)}
 
     def create_topic(

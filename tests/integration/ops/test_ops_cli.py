@@ -69,6 +69,77 @@ def test_replacing_a_dead_broker_moves_only_its_replicas_to_its_rack(
         rack_local_fleet.start_broker("racked", 1)
 
 
+def test_autothrottle_applies_a_dead_broker_rebuild_on_the_live_brokers(
+    racked4: ClusterInfo,
+    rack_local_fleet: LocalFleet,
+    ops_admin: KafkaOpsAdmin,
+    placed_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The documented workflow: plan the replacement of a dead broker, then apply it
+    throttled. Broker 1 cannot be configured (it is not in the metadata); the live
+    brokers are throttled, and every throttle is gone afterwards."""
+    topic = placed_topic({p: [(p + i) % 3 + 1 for i in range(3)] for p in range(3)})
+    produce(racked4.bootstrap, topic, 0, 1)
+    rack_local_fleet.kill_broker("racked", 1)
+    try:
+        alive = ",".join(b.address for b in racked4.brokers if b.node_id != 1)
+        plan, state = tmp_path / "plan.json", tmp_path / "state.json"
+        planned = cli(
+            "ops", "map", "rebuild", "--bootstrap", alive, "--topics", _re(topic),
+            "--dead", "1", "--new", "4", "--substitution-affinity", "--out", str(plan),
+        )  # fmt: skip
+        assert planned.returncode == 0, planned.stderr
+        applied = cli(
+            "ops", "apply", str(plan), "--bootstrap", alive, "--autothrottle", "2MB",
+            "--min-rate", "1MB", "--max-rate", "2MB", "--state-file", str(state),
+            "--poll-interval", "0.5", "--timeout", "120", "--yes",
+        )  # fmt: skip
+        assert applied.returncode == 0, applied.stderr
+        assert "3 partition(s) reassigned" in applied.stdout
+        admin = KafkaOpsAdmin(alive)
+        try:
+            after = admin.partitions({topic})
+            assert all(4 in s.replicas and 1 not in s.replicas for s in after.values())
+            assert all(s.in_sync for s in after.values())
+            assert describe_throttles(admin, [topic]) == {}
+        finally:
+            admin.close()
+        assert not state.exists()
+    finally:
+        rack_local_fleet.start_broker("racked", 1)
+
+
+def test_a_timeout_leaves_the_copy_running_throttled_until_cancel(
+    racked4: ClusterInfo, ops_admin: KafkaOpsAdmin, placed_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = placed_topic({0: [2]})
+    produce(racked4.bootstrap, topic, 0, 4)
+    plan, state = tmp_path / "plan.json", tmp_path / "state.json"
+    doc = {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [3]}]}
+    plan.write_text(json.dumps(doc))
+    gave_up = cli(
+        "ops", "apply", str(plan), "--bootstrap", racked4.bootstrap, "--autothrottle", "1MB",
+        "--min-rate", "300KB", "--max-rate", "300KB", "--state-file", str(state),
+        "--poll-interval", "0.5", "--timeout", "2", "--yes",
+    )  # fmt: skip
+    assert gave_up.returncode == 1
+    assert "not reassigned after 2s" in gave_up.stderr and "keep running" in gave_up.stderr
+    # Still copying (4 MB at 300 KB/s), still throttled, still recorded.
+    assert (topic, 0) in ops_admin.list_reassignments()
+    assert "broker:3" in describe_throttles(ops_admin, [topic])
+    assert state.exists()
+    cancelled = cli("ops", "apply", "--cancel", "--bootstrap", racked4.bootstrap,
+                    "--state-file", str(state))  # fmt: skip
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled 1 reassignment(s)" in cancelled.stdout
+    assert "removed throttles from 3 resource(s)" in cancelled.stdout
+    assert ops_admin.list_reassignments() == {}
+    assert describe_throttles(ops_admin, [topic]) == {}
+    assert not state.exists()
+    assert ops_admin.partitions({topic})[(topic, 0)].replicas == (2,)
+
+
 def _free_range(bootstrap: str) -> int:
     admin = KafkaOpsAdmin(bootstrap)
     try:
@@ -178,12 +249,13 @@ def test_autothrottle_cleans_up_after_being_killed_and_restarted(
     assert not state.exists()
     assert ops_admin.partitions({topic})[(topic, 0)].replicas == (3,)
 
-    # SIGTERM: the batch in flight is cancelled and every throttle removed before exit.
+    # SIGTERM: the batch in flight is cancelled and every throttle removed before exit 143.
     move_to(1)
     third = apply_throttled("third.log")
     wait_for(lambda: "broker:1" in throttled(), 30, "throttles")
     third.send_signal(signal.SIGTERM)
-    assert third.wait(30) == 1, (tmp_path / "third.log").read_text()
+    assert third.wait(30) == 143, (tmp_path / "third.log").read_text()
+    assert "received SIGTERM" in (tmp_path / "third.log").read_text()
     assert throttled() == {} and not state.exists()
     assert ops_admin.list_reassignments() == {}
     assert ops_admin.partitions({topic})[(topic, 0)].replicas == (3,)
@@ -258,7 +330,8 @@ def test_bad_input_is_refused_with_clear_errors_and_nothing_applied(
         "--replication-factor", "4", "--force", "--apply", "--yes",
     )  # fmt: skip
     assert result.returncode == 1
-    assert "needs 4 distinct racks" in result.stderr and "min_rack_ids" in result.stderr
+    assert "needs 4 distinct racks" in result.stderr
+    assert "pass --min-rack-ids 3" in result.stderr, result.stderr
     relaxed = cli(
         "ops", "map", "rebuild", "--bootstrap", racked4.bootstrap, "--topics", _re(topic),
         "--replication-factor", "4", "--force", "--min-rack-ids", "3",

@@ -13,6 +13,7 @@ from streamplane.core.throttle import (
     FOLLOWER_REPLICAS,
     LEADER_RATE,
     LEADER_REPLICAS,
+    ReplicaChange,
     ThrottleLimits,
 )
 from streamplane.exceptions import KafkaError
@@ -147,3 +148,60 @@ def test_terminate_on_turns_sigterm_into_an_exception() -> None:
 def test_default_state_file_is_per_cluster() -> None:
     assert default_state_file("a:1,b:2") == default_state_file("b:2,a:1")
     assert default_state_file("a:1") != default_state_file("a:2")
+
+
+def _dead_broker_setup(tmp_path: Path) -> tuple[StubOpsAdmin, Autothrottle, list[str]]:
+    """Broker 1 dead, its replicas moving to broker 4 (a dead-broker rebuild)."""
+    admin = StubOpsAdmin.cluster(
+        {1: "a", 2: "b", 3: "c", 4: "a"},
+        {("t", 0): (1, 2, 3), ("t", 1): (2, 3, 1)},
+        sizes={("t", 0): 10 * MB, ("t", 1): 10 * MB},
+        reassignment_steps=100,
+    )
+    admin.dead.add(1)
+    logged: list[str] = []
+    params = AutothrottleParams(
+        capacity=100 * MB, limits=ThrottleLimits(minimum=1 * MB), state_file=tmp_path / "s.json"
+    )
+    return admin, Autothrottle(admin, params, bootstrap="stub", log=logged.append), logged
+
+
+def test_dead_brokers_are_left_out_and_the_live_ones_throttled(tmp_path: Path) -> None:
+    admin, at, _ = _dead_broker_setup(tmp_path)
+    changes = [
+        ReplicaChange("t", 0, (1, 2, 3), (4, 2, 3)),
+        ReplicaChange("t", 1, (2, 3, 1), (2, 3, 4)),
+    ]
+    # Broker 1 is a source of both copies, but Kafka cannot take (or describe) its configs.
+    first = at.prepare(changes)
+    assert sorted(first.broker_configs) == [2, 3, 4]
+    assert first.broker_configs[4] == {FOLLOWER_RATE: str(MB)}
+    assert not any("broker 1" in w for w in first.warnings)
+    assert ("broker", "1") not in admin.throttle_configs()
+    assert admin.throttle_configs()[("topic", "t")][FOLLOWER_REPLICAS] == "0:4,1:4"
+    admin.alter_reassignments({(c.topic, c.partition): c.target for c in changes})
+    assert sorted(at.step().broker_configs) == [2, 3, 4]
+    assert "broker:1" not in json.loads((tmp_path / "s.json").read_text())["previous"]
+    assert at.clear() == ["broker:2", "broker:3", "broker:4", "topic:t"]
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_a_broker_that_died_throttled_stays_recorded_until_it_is_back(tmp_path: Path) -> None:
+    admin, at, logged = _dead_broker_setup(tmp_path)
+    admin.dead.clear()
+    admin.alter_reassignments({("t", 0): (4, 2, 3)})
+    at.step()
+    assert ("broker", "1") in admin.throttle_configs()
+    admin.dead.add(1)  # dies with its throttle set
+    at.step()  # a step with broker 1 gone does not fail either
+    assert at.clear() == ["broker:2", "broker:3", "broker:4", "topic:t"]
+    assert sorted(admin.throttle_configs()) == [("broker", "1")]
+    assert any("broker(s) 1 not alive" in line for line in logged), logged
+    assert list(json.loads((tmp_path / "s.json").read_text())["previous"]) == ["broker:1"]
+    admin.dead.clear()  # back: the next start removes what is left
+    _, again, _ = _dead_broker_setup(tmp_path)
+    again.admin = admin
+    assert again.recover() == ["broker:1"]
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "s.json").exists()

@@ -130,13 +130,30 @@ def test_timeout_and_cancel() -> None:
     ex = Executor(
         admin, ExecutorParams(poll_interval=1, timeout=3), sleep=sleep, clock=lambda: now[0]
     )
-    with pytest.raises(ReassignmentTimeout, match="keep running"):
-        ex.apply(check_plan(_doc(("t", 0, [4, 2])), admin))
-    assert admin.running == {}  # a failed wait cancels the batch in flight
-    admin.alter_reassignments({("t", 1): (4, 3), ("t", 2): (4, 1)})
+    with pytest.raises(ReassignmentTimeout, match="keep running") as info:
+        ex.apply(check_plan(_doc(("t", 0, [4, 2]), ("t", 1, [3, 4])), admin))
+    # Given up on, not cancelled: the batch keeps running, as the message says.
+    assert info.value.pending == [("t", 0), ("t", 1)]
+    assert sorted(admin.running) == [("t", 0), ("t", 1)]
+    assert [c for c, _ in admin.calls] == ["alter_reassignments"]
+    admin.alter_reassignments({("t", 2): (4, 1)})
     assert ex.cancel({("t", 1)}) == [("t", 1)]
-    assert ex.cancel() == [("t", 2)]
+    assert ex.cancel() == [("t", 0), ("t", 2)]
     assert ex.cancel() == []
+
+
+def test_a_timeout_leaves_later_batches_unsubmitted() -> None:
+    admin = _admin(steps=10_000)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    params = ExecutorParams(concurrency=1, poll_interval=1, timeout=3)
+    ex = Executor(admin, params, sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(ReassignmentTimeout):
+        ex.apply(check_plan(_doc(("t", 0, [4, 2]), ("t", 1, [2, 1])), admin))
+    assert list(admin.running) == [("t", 0)]
 
 
 def test_interrupt_cancels_the_batch_in_flight() -> None:

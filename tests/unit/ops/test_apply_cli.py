@@ -1,0 +1,187 @@
+"""`streamplane ops apply` and `ops map` end to end through the CLI's entry point (exit
+codes included), on the in-memory stub cluster: a dead-broker rebuild with autothrottle,
+a timeout that leaves the batch running, SIGTERM, a declined prompt, planner messages."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from streamplane.cli.main import main
+from streamplane.core.mapper.models import TopicPartition
+from streamplane.ops.autothrottle import default_state_file
+from streamplane.ops.kafka_ops import Reassignment
+from streamplane.ops.stub import StubOpsAdmin
+
+MB = 1_000_000
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> StubOpsAdmin:
+    """Four brokers (racks a, b, c, a); topic ``orders`` on brokers 1-3, RF 3. Every
+    command of the test talks to this one stub."""
+    admin = StubOpsAdmin.cluster(
+        {1: "a", 2: "b", 3: "c", 4: "a"},
+        {("orders", p): tuple((p + i) % 3 + 1 for i in range(3)) for p in range(3)},
+        sizes={("orders", p): 2 * MB for p in range(3)},
+        reassignment_steps=4,
+    )
+    monkeypatch.setattr("streamplane.cli.ops.KafkaOpsAdmin", lambda _bootstrap: admin)
+    return admin
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    def run(*args: str, stdin: str = "") -> Run:
+        monkeypatch.setattr(sys, "argv", ["streamplane", *args])
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return run
+
+
+THROTTLED = ("--autothrottle", "2MB", "--min-rate", "1MB", "--max-rate", "2MB")
+FAST = ("--bootstrap", "stub:9092", "--poll-interval", "0.01")
+
+
+def _plan(path: Path, *entries: tuple[str, int, list[int]]) -> Path:
+    doc = {
+        "version": 1,
+        "partitions": [{"topic": t, "partition": p, "replicas": r} for t, p, r in entries],
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_dead_broker_rebuild_applies_with_autothrottle(
+    cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    cluster.dead.add(1)
+    plan = tmp_path / "plan.json"
+    planned = cli(
+        "ops", "map", "rebuild", *FAST[:2], "--topics", "orders", "--dead", "1", "--new", "4",
+        "--substitution-affinity", "--out", str(plan),
+    )  # fmt: skip
+    assert planned.code == 0, planned.err
+    state = tmp_path / "state.json"
+    applied = cli("ops", "apply", str(plan), *FAST, *THROTTLED, "--state-file", str(state), "--yes")
+    assert applied.code == 0, applied.err
+    assert "3 partition(s) reassigned" in applied.out
+    assert all(4 in r and 1 not in r for r in cluster.replicas.values())
+    configured = {c.name for call, changes in cluster.calls if call == "alter_configs"
+                  for c in changes if c.kind == "broker"}  # fmt: skip
+    assert configured == {"2", "3", "4"}  # the live brokers were throttled, broker 1 left out
+    assert cluster.throttle_configs() == {}
+    assert not state.exists()
+
+
+def test_a_timeout_leaves_the_batch_running_with_its_throttles_until_cancel(
+    cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    cluster.reassignment_steps = 10**6
+    plan = _plan(tmp_path / "plan.json", ("orders", 0, [4, 2, 3]))
+    state = tmp_path / "state.json"
+    gave_up = cli(
+        "ops", "apply", str(plan), *FAST, *THROTTLED, "--state-file", str(state),
+        "--timeout", "0.1", "--yes",
+    )  # fmt: skip
+    assert gave_up.code == 1
+    error = gave_up.err.strip().splitlines()[-1]
+    assert error.startswith("error: 1 partition(s) not reassigned after 0.1s (e.g. orders-0)")
+    assert "they keep running" in error and str(state) in error
+    assert list(cluster.running) == [("orders", 0)]
+    assert ("broker", "4") in cluster.throttle_configs()
+    assert state.exists()
+
+    cancelled = cli("ops", "apply", "--cancel", *FAST[:2], "--state-file", str(state))
+    assert cancelled.code == 0, cancelled.err
+    assert "cancelled 1 reassignment(s)" in cancelled.out
+    assert "removed throttles from 5 resource(s)" in cancelled.out
+    assert cluster.running == {} and cluster.throttle_configs() == {}
+    assert not state.exists()
+
+
+def test_sigterm_cancels_clears_and_exits_143(
+    monkeypatch: pytest.MonkeyPatch, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    class TerminatedWhileWaiting(StubOpsAdmin):
+        sent = False
+
+        def list_reassignments(self) -> dict[TopicPartition, Reassignment]:
+            running = super().list_reassignments()
+            if running and not self.sent:
+                self.sent = True
+                signal.raise_signal(signal.SIGTERM)
+            return running
+
+    admin = TerminatedWhileWaiting.cluster(
+        {1: "a", 2: "b", 3: "c", 4: "a"}, {("orders", 0): (1, 2, 3)}, reassignment_steps=10**6
+    )
+    monkeypatch.setattr("streamplane.cli.ops.KafkaOpsAdmin", lambda _bootstrap: admin)
+    plan = _plan(tmp_path / "plan.json", ("orders", 0, [4, 2, 3]))
+    state = tmp_path / "state.json"
+    result = cli("ops", "apply", str(plan), *FAST, *THROTTLED, "--state-file", str(state), "--yes")
+    assert result.code == 143, result.err
+    assert "received SIGTERM: the batch in flight cancelled, throttles removed" in result.err
+    assert admin.running == {} and admin.replicas[("orders", 0)] == (1, 2, 3)
+    assert admin.throttle_configs() == {} and not state.exists()
+
+
+@pytest.mark.parametrize("command", ["apply", "map"])
+def test_declining_the_prompt_exits_1_and_applies_nothing(
+    command: str, cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    if command == "apply":
+        args: Sequence[str] = (
+            "ops",
+            "apply",
+            str(_plan(tmp_path / "p.json", ("orders", 0, [4, 2, 3]))),
+        )
+    else:
+        args = ("ops", "map", "scale", "--new", "4", "--strategy", "count", "--apply")
+    result = cli(*args, *FAST, stdin="n\n")
+    assert result.code == 1, result.err
+    assert "[y/N]" in result.err and "not applied" in result.err
+    assert not any(call == "alter_reassignments" for call, _ in cluster.calls)
+
+
+def test_planner_messages_name_the_flags(cluster: StubOpsAdmin, cli: Callable[..., Run]) -> None:
+    result = cli(
+        "ops", "map", "rebuild", *FAST[:2], "--topics", "orders", "--force",
+        "--replication-factor", "4",
+    )  # fmt: skip
+    assert result.code == 1
+    assert "needs 4 distinct racks" in result.err
+    assert "pass --min-rack-ids 3 to accept fewer racks" in result.err, result.err
+    assert "min_rack_ids" not in result.err
+
+
+def test_the_state_file_help_says_what_the_default_is(cli: Callable[..., Run]) -> None:
+    for command in (("throttle",), ("apply",)):
+        shown = " ".join(cli("ops", *command, "--help").out.split())
+        pattern = re.search(r"\.streamplane/ops/autothrottle-<hash>\.json", shown)
+        assert pattern is not None, shown
+    default = default_state_file("127.0.0.1:9092")
+    assert default.parent == Path(".streamplane") / "ops"
+    assert re.fullmatch(r"autothrottle-[0-9a-f]{12}\.json", default.name)
