@@ -20,6 +20,7 @@ says so.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,12 +152,23 @@ class OpsAdmin(Protocol):
     def close(self) -> None: ...
 
 
+# kafka-python 2.x words a failed response as "Request '<repr>' failed with response
+# '<repr>'": hundreds of characters around the broker's own error_message.
+_RESPONSE_ERROR_MESSAGE = re.compile(r"error_message='((?:[^'\\]|\\.)+)'")
+
+
 def error_from(exc: BaseException | type[BaseException], context: str) -> KafkaError:
-    """A kafka-python error (instance or class) as a ``streamplane.KafkaError``."""
+    """A kafka-python error (instance or class) as a ``streamplane.KafkaError``; a
+    failed response is told by the broker's error messages, not its request and
+    response dumps."""
     cls = exc if isinstance(exc, type) else type(exc)
     code = getattr(cls, "message", None)
     code = code if isinstance(code, str) and code else cls.__name__
     detail = cls.__name__ if isinstance(exc, type) else str(exc)
+    if "failed with response" in detail:
+        said = list(dict.fromkeys(_RESPONSE_ERROR_MESSAGE.findall(detail)))
+        head = detail.split(":", 1)[0] if detail.startswith("[Error") else cls.__name__
+        detail = f"{head}: {'; '.join(said)}" if said else head
     return KafkaError(
         f"{context}: {detail}", code=code, retriable=bool(getattr(cls, "retriable", False))
     )

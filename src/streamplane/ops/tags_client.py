@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.control_plane import KAFKA_CALL_TIMEOUT, ControlPlaneClient
 from streamplane.exceptions import ConfigError
 
 
@@ -35,7 +35,9 @@ class TagsClient:
     ) -> dict[str, Any]:
         """Replace the tags of broker ``name`` (an id) or topic ``name``."""
         path = f"/v1/clusters/{_seg(cluster)}/{_kind_path(kind)}/{_seg(str(name))}/tags"
-        return self._cp._json("PUT", path, json={"tags": dict(tags)})  # type: ignore[no-any-return]
+        return self._cp._json(  # type: ignore[no-any-return]
+            "PUT", path, json={"tags": dict(tags)}, timeout=KAFKA_CALL_TIMEOUT
+        )
 
     def list_tagged(
         self, cluster: str, kind: str, tags: Mapping[str, str] | None = None
@@ -43,7 +45,9 @@ class TagsClient:
         """Brokers (with their rack as an implicit tag) or tagged topics having all ``tags``."""
         params = [("tag", f"{k}:{v}") for k, v in (tags or {}).items()]
         path = f"/v1/clusters/{_seg(cluster)}/{_kind_path(kind)}"
-        return self._cp._json("GET", path, params=params)  # type: ignore[no-any-return]
+        return self._cp._json(  # type: ignore[no-any-return]
+            "GET", path, params=params, timeout=KAFKA_CALL_TIMEOUT
+        )
 
     def create_topic(
         self,
@@ -69,4 +73,6 @@ class TagsClient:
         if min_rack_ids is not None:
             body["min_rack_ids"] = min_rack_ids
         path = f"/v1/clusters/{_seg(cluster)}/topics"
-        return self._cp._json("POST", path, json=body, timeout=60.0)  # type: ignore[no-any-return]
+        return self._cp._json(  # type: ignore[no-any-return]
+            "POST", path, json=body, timeout=KAFKA_CALL_TIMEOUT
+        )
