@@ -103,7 +103,7 @@ def up(
 def down(purge: bool, data_dir: Path) -> None:
     """Stop every broker of the fleet. Nothing running is not an error."""
     stopped = LocalFleet(data_dir).down(purge=purge)
-    click.echo(f"stopped {stopped} brokers" if stopped else "no local fleet running")
+    click.echo(f"stopped {counted(stopped, 'broker')}" if stopped else "no local fleet running")
 
 
 @local.command("status")
