@@ -699,8 +699,8 @@ class StreamConsumer:
         answering mid-read), or whose end it cannot report now (``timeout`` seconds per
         partition never fetched from). For a reader that wants everything there is (the
         dlq's list and replay): ask once ``poll`` hands out nothing."""
+        unfinished = self.waiting_partitions()
         with self._lock:
-            unfinished = list(self._loading)
             # (a new group's partition has no position until its first fetch: then any
             # record between the partition's ends is unread)
             positions = [

@@ -193,7 +193,7 @@ class FailoverRuntime:
         return {
             name: r
             for name, r in self.store.health().items()
-            if _aware(r.updated_at) >= fresh_after
+            if r.updated_at >= fresh_after  # aware: the store's records are UTC
             and (self.settings.health_enabled or r.replica.startswith(f"{_process_id()}:"))
         }
 
@@ -456,8 +456,3 @@ def _describe(exc: BaseException) -> str:
     """An exception for a log line: its message, or its type when it has none (a
     timeout's message is empty)."""
     return str(exc) or type(exc).__name__
-
-
-def _aware(t: datetime) -> datetime:
-    """``t`` as an aware UTC time (SQLite hands back naive ones)."""
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
