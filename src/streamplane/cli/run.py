@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import click
-import httpx
 
 from streamplane.cli.local import data_dir_option, status_table
 from streamplane.cli.output import progress, table
@@ -203,7 +202,7 @@ def _pipeline_demo(cp: ControlPlaneProcess, data_dir: Path, records: int, rate: 
     spark = build_session("streamplane-run", master="local[2]")
     job = TelemetryJob(spark, config)
     query = job.start()
-    lag = _LagSampler(cp.url, TELEMETRY_STREAM, TELEMETRY_GROUP)
+    lag = _LagSampler(cp, TELEMETRY_STREAM, TELEMETRY_GROUP)
     lag.start()
     try:
         generated = list(generate(records, seed=7, poison_ratio=0.005, rate=rate))
@@ -279,24 +278,23 @@ def _pipeline_demo(cp: ControlPlaneProcess, data_dir: Path, records: int, rate: 
 class _LagSampler(threading.Thread):
     """Samples the group's time lag from the control plane's lag monitor every second."""
 
-    def __init__(self, url: str, stream: str, group: str) -> None:
+    def __init__(self, cp: ControlPlaneProcess, stream: str, group: str) -> None:
         super().__init__(daemon=True)
-        self._url = url
+        self._cp = cp
         self._stream = stream
         self._group = group
         self._stop_event = threading.Event()
         self.max_s: float | None = None
 
     def run(self) -> None:
-        with httpx.Client(base_url=self._url, timeout=5.0) as http:
+        with self._cp.client(timeout=5.0) as client:
             while not self._stop_event.wait(1.0):
                 try:
-                    resp = http.get("/v1/groups", params={"stream": self._stream})
-                    groups = resp.json() if resp.status_code == 200 else []
-                except (httpx.HTTPError, ValueError):
+                    groups = client.lag(group=self._group, stream=self._stream)["groups"]
+                except StreamplaneError:  # restarting: the next sample will tell
                     continue
                 for g in groups:
-                    value = g.get("max_time_lag_s") if isinstance(g, dict) else None
+                    value = g.get("max_time_lag_s")
                     if g.get("group") == self._group and value is not None:
                         self.max_s = max(self.max_s or 0.0, float(value))
 

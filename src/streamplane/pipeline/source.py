@@ -334,10 +334,9 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def initialOffset(self) -> dict[str, Any]:
         table = self._routing()
         infos = self._partition_infos(table, self.options.starting_offsets)
-        offset = SourceOffset(table.epoch, {i.key: i.join_offset for i in infos})
-        for key, value in offset.partitions.items():
-            self._committed[key] = value
-        return offset.to_json()
+        # Not marked committed: the first latestOffset commits where the query starts, so
+        # the lag monitor tracks the group from then, not from the end of micro-batch 0.
+        return SourceOffset(table.epoch, {i.key: i.join_offset for i in infos}).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         rows = self.options.max_rows

@@ -311,3 +311,43 @@ def _timestamps(bootstrap: str, topic: str, offsets: list[int]) -> dict[int, int
         consumer.close()
     assert len(found) == len(offsets)
     return found
+
+
+def test_a_new_query_commits_where_it_starts(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """The first micro-batch commits the offsets the query starts from: the lag monitor
+    tracks the group (and its growing time lag) from the start, not from the end of its
+    first micro-batch, which can take a minute of Spark warm-up."""
+    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
+    with control_plane.client() as client, StreamProducer(stream, client) as producer:
+        for i in range(100):
+            producer.send(f"v{i}")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    options = {
+        "stream": stream,
+        "group": group,
+        "controlPlane": control_plane.url,
+        "token": control_plane.token,
+    }
+    reader = StreamplaneStreamReader(parse_read_options(options))
+    try:
+        initial = reader.initialOffset()
+        ((key, begin),) = SourceOffset.from_json(initial).partitions.items()
+        assert begin == 0
+        reader.latestOffset(initial, reader.getDefaultReadLimit())  # micro-batch 0 planned
+        loaded = reader._store("local-a").load([(key.topic, key.partition)])
+    finally:
+        reader.stop()
+    progress, offset = loaded[(key.topic, key.partition)]
+    assert offset == 0 and progress is not None and progress.low_watermark == 0
+    with control_plane.client() as client:
+        deadline = time.monotonic() + 30
+        while True:
+            groups = {g["group"]: g for g in client.lag(group=group)["groups"]}
+            lag = groups.get(group, {}).get("max_time_lag_s")
+            if lag:
+                break
+            assert time.monotonic() < deadline, f"lag monitor never showed {group}: {groups}"
+            time.sleep(0.5)
+    assert lag > 0
