@@ -169,7 +169,7 @@ class PartitionLag:
     topic: str
     partition: int
     committed_offset: int | None
-    end_offset: int | None
+    end_offset: int | None  # as last polled, and never below the committed offset
     offset_lag: int | None
     time_lag_s: float | None
     status: LagStatus
@@ -516,6 +516,8 @@ class LagModel:
                 group, topic, partition, None, end, None, None, LagStatus.OK, None, p.labels
             )
         olag, tlag = self._lags(p, now_ms)
+        if end is not None and end < p.committed:
+            end = p.committed  # a commit newer than the last end-offset poll
         estimate = None
         if log_end.table is not None:
             estimate = log_end.table.time_lag_s(p.committed, now_ms)

@@ -63,6 +63,8 @@ def test_caught_up_means_zero_time_lag() -> None:
     m.observe_commit("g", "t", 0, 120, 2 * S)  # ahead of a stale end offset
     r = lag(m, 50)
     assert (r.offset_lag, r.time_lag_s) == (0, 0.0)
+    # The log has at least what was committed: the report never shows an end below it.
+    assert (r.committed_offset, r.end_offset) == (120, 120)
 
 
 def test_time_lag_is_never_negative() -> None:
