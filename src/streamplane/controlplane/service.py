@@ -388,6 +388,7 @@ class ControlPlaneService:
             if len(set(moving)) != len(moving):
                 raise ConfigError("a lane is listed twice")
             new = move_lanes(table, moving, cluster, partitions)
+            moving = [s.lane for s in new.segments if s.epoch == new.epoch]  # not already there
             configs = topic_config(stream.config, stream.max_record_bytes)
             wanted = [
                 (s.topic, s.partitions, stream.replication_factor, configs)

@@ -185,7 +185,9 @@ def move_lanes(
 ) -> RoutingTable:
     """Failover/repartition: new active segments for ``lanes`` in a new epoch.
 
-    The old active segments become draining; their records are still read.
+    The old active segments become draining; their records are still read. Without a
+    partition count, a lane already active on ``cluster`` stays as it is (nothing to
+    move); when that leaves no lane, it is an error rather than an empty new epoch.
     """
     validate_cluster_name(cluster)
     if not lanes:
@@ -194,6 +196,14 @@ def move_lanes(
         table.active(lane)  # raises for unknown lanes
     if partitions is not None and partitions < 1:
         raise ConfigError("partitions must be at least 1")
+    if partitions is None:
+        there = [lane for lane in lanes if table.active(lane).cluster == cluster]
+        if len(there) == len(lanes):
+            raise ConfigError(
+                f"stream {table.stream!r}: {', '.join(there)} already active on {cluster}; "
+                "nothing to move (give a partition count to make new segments there)"
+            )
+        lanes = [lane for lane in lanes if lane not in there]
     epoch = table.epoch + 1
     segments: list[Segment] = []
     for s in table.segments:

@@ -371,6 +371,7 @@ def test_failover_one_lane_with_new_partition_count(http: TestClient, kafka: Stu
         ({"cluster": "local-b", "lanes": ["late"]}, 400, "has no lane 'late'"),
         ({"cluster": "local-b", "lanes": []}, 422, "lanes"),
         ({"cluster": "local-b", "partitions": 0}, 422, "partitions"),
+        ({"cluster": "local-a"}, 400, "already active on local-a; nothing to move"),
     ],
 )
 def test_bad_failover(

@@ -20,6 +20,7 @@ from streamplane.core.routing import (
     move_lanes,
     new_routing_table,
 )
+from streamplane.exceptions import ConfigError
 
 OK, DEG, DOWN, UNK = (
     ClusterHealth.OK,
@@ -107,6 +108,20 @@ def test_choose_standby(
 
 def test_choose_standby_never_picks_the_failed_cluster() -> None:
     assert choose_standby("a", "s", {"a": {"standby": "a"}}, {"a": OK}) is None
+
+
+def test_moving_lanes_to_where_they_are() -> None:
+    """A lane already active on the target stays as it is; all of them: an error, not an
+    empty new epoch. A partition count asks for new segments there all the same."""
+    table = new_routing_table("orders", ["realtime", "bulk"], "a", 6)
+    with pytest.raises(ConfigError, match="realtime, bulk already active on a; nothing to move"):
+        move_lanes(table, ["realtime", "bulk"], "a")
+    split = move_lanes(table, ["realtime"], "b")
+    both = move_lanes(split, ["realtime", "bulk"], "b")  # realtime is on b already
+    assert both.active("realtime") == split.active("realtime")
+    assert (both.active("bulk").cluster, both.active("bulk").epoch) == ("b", 3)
+    again = move_lanes(table, ["realtime"], "a", 6)
+    assert (again.active("realtime").cluster, again.active("realtime").epoch) == ("a", 2)
 
 
 def _moved() -> tuple[RoutingTable, Segment]:
