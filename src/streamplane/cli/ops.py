@@ -71,16 +71,39 @@ _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][0-9]+)?)\s*([KMGT]i?B?|B)?\
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
-def parse_size(text: str, option: str) -> int:
+def parse_size(text: str) -> int:
     """``10GiB``, ``500MB``, ``2M``, ``1e6`` -> bytes (``Ki``/``Mi``... are powers of 1024)."""
     m = _SIZE.match(text)
     if m is None:
-        raise click.BadParameter(
-            f"expected a size like 10GiB or 500MB, got {text!r}", param_hint=option
-        )
+        raise ValueError(f"expected a size like 10GiB or 500MB, got {text!r}")
     unit = (m.group(2) or "").lower()
     factor = 1024 ** "bkmgt".index(unit[0]) if "i" in unit else _UNITS[unit[:1]]
     return int(float(m.group(1)) * factor)
+
+
+class ByteSize(click.ParamType[int, "str | int"]):
+    """A size or a rate in bytes (per second) given as ``10GiB``, ``500MB``, ``2M``: an
+    option of this type is checked when the command line is read, before any work."""
+
+    def __init__(self, name: str, at_least: int) -> None:
+        self.name = name
+        self.at_least = at_least
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size < self.at_least:
+            self.fail(f"must be at least {self.at_least} B, got {value!r}", param, ctx)
+        return size
+
+
+SIZE = ByteSize("size", at_least=0)
+CAPACITY = ByteSize("size", at_least=1)
+RATE = ByteSize("rate", at_least=1)  # a zero rate would stop replication
 
 
 # ---------------------------------------------------------------------- shared options
@@ -139,15 +162,20 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--autothrottle",
             "throttle_capacity",
+            type=RATE,
             default=None,
             metavar="RATE",
             help="Run autothrottle while applying, with this network capacity per broker "
             "(e.g. 100MB = 100 MB/s).",
         ),
         click.option(
-            "--min-rate", default="1MB", show_default=True, help="Throttle floor (bytes/s)."
+            "--min-rate",
+            type=RATE,
+            default="1MB",
+            show_default=True,
+            help="Throttle floor (bytes/s).",
         ),
-        click.option("--max-rate", default=None, help="Throttle ceiling (bytes/s)."),
+        click.option("--max-rate", type=RATE, default=None, help="Throttle ceiling (bytes/s)."),
         click.option(
             "--state-file",
             type=click.Path(path_type=Path, dir_okay=False),
@@ -215,9 +243,9 @@ def apply_checked(
     timeout: float | None,
     poll_interval: float,
     no_wait: bool,
-    throttle_capacity: str | None,
-    min_rate: str,
-    max_rate: str | None,
+    throttle_capacity: int | None,
+    min_rate: int,
+    max_rate: int | None,
     state_file: Path | None,
 ) -> None:
     if not checked.changes():
@@ -230,11 +258,8 @@ def apply_checked(
         throttle = Autothrottle(
             admin,
             AutothrottleParams(
-                capacity=parse_size(throttle_capacity, "--autothrottle"),
-                limits=ThrottleLimits(
-                    minimum=parse_size(min_rate, "--min-rate"),
-                    maximum=None if max_rate is None else parse_size(max_rate, "--max-rate"),
-                ),
+                capacity=throttle_capacity,
+                limits=ThrottleLimits(minimum=min_rate, maximum=max_rate),
                 state_file=state_file or default_state_file(bootstrap),
                 interval=poll_interval,
             ),
@@ -275,9 +300,18 @@ def apply_checked(
 
 
 def confirm_or_exit(question: str) -> None:
-    """Ask before applying. Answering no exits 1, not 130: a declined prompt is not an
-    interrupt (Ctrl-C at the prompt still is one, and gives 130)."""
-    if not click.confirm(question, err=True):
+    """Ask before applying. Answering no, or nothing (end of input, as from a script),
+    exits 1, not 130: neither is an interrupt (Ctrl-C at the prompt is, and gives 130)."""
+    try:
+        yes = click.confirm(question, err=True)
+    except click.exceptions.Abort as exc:
+        if not isinstance(exc.__context__, EOFError):
+            raise
+        click.echo(
+            "\nno answer (end of input): not applied; --yes applies without asking", err=True
+        )
+        raise SystemExit(1) from None
+    if not yes:
         click.echo("not applied", err=True)
         raise SystemExit(1)
 
@@ -361,6 +395,7 @@ def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--capacity",
+            type=CAPACITY,
             default=None,
             metavar="SIZE",
             help="Storage per broker: free = SIZE - bytes held (brokers sharing a disk).",
@@ -430,7 +465,7 @@ def _flag(param: str, value: str | None) -> str:
 def _planning(
     bootstrap: str,
     topics: tuple[str, ...],
-    capacity: str | None,
+    capacity: int | None,
     new_ids: tuple[int, ...],
     retire: tuple[int, ...],
     dead: tuple[int, ...],
@@ -444,8 +479,7 @@ def _planning(
         racks[int(bid)] = rack.strip()
     admin = KafkaOpsAdmin(bootstrap)
     try:
-        cap = None if capacity is None else parse_size(capacity, "--capacity")
-        fetcher = MetricsFetcher(LogDirsSource(admin, capacity=cap))
+        fetcher = MetricsFetcher(LogDirsSource(admin, capacity=capacity))
         states = (
             {b: BrokerState.NEW for b in new_ids}
             | {b: BrokerState.RETIRING for b in retire}
@@ -507,7 +541,7 @@ def map_rebuild(
     substitution_affinity: bool,
     seed: int,
     topics: tuple[str, ...],
-    capacity: str | None,
+    capacity: int | None,
     new_ids: tuple[int, ...],
     retire: tuple[int, ...],
     dead: tuple[int, ...],
@@ -547,7 +581,7 @@ def map_rebuild(
 def _relocation_kwargs(
     tolerance: float | None,
     partition_limit: int,
-    min_partition_size: str,
+    min_partition_size: int,
     locality_scoped: bool,
     min_rack_ids: int | None,
     optimize_leadership: bool,
@@ -555,7 +589,7 @@ def _relocation_kwargs(
     return {
         "tolerance": tolerance,
         "partition_limit": partition_limit,
-        "min_partition_size": parse_size(min_partition_size, "--min-partition-size"),
+        "min_partition_size": min_partition_size,
         "locality_scoped": locality_scoped,
         "min_rack_ids": min_rack_ids,
         "optimize_leadership": optimize_leadership,
@@ -568,7 +602,7 @@ def relocation_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--tolerance", type=float, default=None, help="Fixed tolerance (default: sweep)."
         ),
         click.option("--partition-limit", type=int, default=30, show_default=True),
-        click.option("--min-partition-size", default="0", show_default=True),
+        click.option("--min-partition-size", type=SIZE, default="0", show_default=True),
         click.option("--locality-scoped", is_flag=True, help="Move only within the source's rack."),
     ):
         f = decorator(f)
@@ -577,18 +611,18 @@ def relocation_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @map_.command("rebalance")
 @click.option("--storage-threshold", type=float, default=0.2, show_default=True)
-@click.option("--storage-threshold-bytes", default=None, metavar="SIZE")
+@click.option("--storage-threshold-bytes", type=SIZE, default=None, metavar="SIZE")
 @relocation_options
 @map_options
 def map_rebalance(
     storage_threshold: float,
-    storage_threshold_bytes: str | None,
+    storage_threshold_bytes: int | None,
     tolerance: float | None,
     partition_limit: int,
-    min_partition_size: str,
+    min_partition_size: int,
     locality_scoped: bool,
     topics: tuple[str, ...],
-    capacity: str | None,
+    capacity: int | None,
     new_ids: tuple[int, ...],
     retire: tuple[int, ...],
     dead: tuple[int, ...],
@@ -610,9 +644,7 @@ def map_rebalance(
     try:
         params = RebalanceParams(
             storage_threshold=storage_threshold,
-            storage_threshold_bytes=None
-            if storage_threshold_bytes is None
-            else parse_size(storage_threshold_bytes, "--storage-threshold-bytes"),
+            storage_threshold_bytes=storage_threshold_bytes,
             **_relocation_kwargs(
                 tolerance,
                 partition_limit,
@@ -645,10 +677,10 @@ def map_scale(
     seed: int,
     tolerance: float | None,
     partition_limit: int,
-    min_partition_size: str,
+    min_partition_size: int,
     locality_scoped: bool,
     topics: tuple[str, ...],
-    capacity: str | None,
+    capacity: int | None,
     new_ids: tuple[int, ...],
     retire: tuple[int, ...],
     dead: tuple[int, ...],
@@ -749,12 +781,13 @@ def apply(
 @click.option(
     "--capacity",
     "capacity_",
+    type=RATE,
     default=None,
     metavar="RATE",
     help="Network capacity per broker, bytes/s.",
 )
-@click.option("--min-rate", default="1MB", show_default=True)
-@click.option("--max-rate", default=None)
+@click.option("--min-rate", type=RATE, default="1MB", show_default=True)
+@click.option("--max-rate", type=RATE, default=None)
 @click.option(
     "--interval", type=float, default=5.0, show_default=True, help="Seconds between steps."
 )
@@ -770,9 +803,9 @@ def apply(
 )
 @cluster_options
 def throttle(
-    capacity_: str | None,
-    min_rate: str,
-    max_rate: str | None,
+    capacity_: int | None,
+    min_rate: int,
+    max_rate: int | None,
     interval: float,
     state_file: Path | None,
     forever: bool,
@@ -791,11 +824,8 @@ def throttle(
     if capacity_ is None and not clear_only:
         raise click.UsageError("--capacity is required (the network capacity of a broker)")
     params = AutothrottleParams(
-        capacity=parse_size(capacity_ or "1", "--capacity"),
-        limits=ThrottleLimits(
-            minimum=parse_size(min_rate, "--min-rate"),
-            maximum=None if max_rate is None else parse_size(max_rate, "--max-rate"),
-        ),
+        capacity=capacity_ or 1,
+        limits=ThrottleLimits(minimum=min_rate, maximum=max_rate),
         state_file=state_file or default_state_file(bs),
         interval=interval,
     )

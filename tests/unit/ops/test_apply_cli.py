@@ -148,10 +148,13 @@ def test_sigterm_cancels_clears_and_exits_143(
     assert admin.throttle_configs() == {} and not state.exists()
 
 
-@pytest.mark.parametrize("command", ["apply", "map"])
+@pytest.mark.parametrize(
+    ("command", "stdin"), [("apply", "n\n"), ("map", "n\n"), ("apply", ""), ("map", "")]
+)
 def test_declining_the_prompt_exits_1_and_applies_nothing(
-    command: str, cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+    command: str, stdin: str, cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
 ) -> None:
+    """No, or no answer at all (end of input, as from a script): not applied, exit 1."""
     if command == "apply":
         args: Sequence[str] = (
             "ops",
@@ -160,9 +163,11 @@ def test_declining_the_prompt_exits_1_and_applies_nothing(
         )
     else:
         args = ("ops", "map", "scale", "--new", "4", "--strategy", "count", "--apply")
-    result = cli(*args, *FAST, stdin="n\n")
+    result = cli(*args, *FAST, stdin=stdin)
     assert result.code == 1, result.err
     assert "[y/N]" in result.err and "not applied" in result.err
+    if not stdin:
+        assert "--yes" in result.err
     assert not any(call == "alter_reassignments" for call, _ in cluster.calls)
 
 
@@ -185,3 +190,22 @@ def test_the_state_file_help_says_what_the_default_is(cli: Callable[..., Run]) -
     default = default_state_file("127.0.0.1:9092")
     assert default.parent == Path(".streamplane") / "ops"
     assert re.fullmatch(r"autothrottle-[0-9a-f]{12}\.json", default.name)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ops", "throttle", "--capacity", "0"),
+        ("ops", "throttle", "--capacity", "10MB", "--min-rate", "0.1"),
+        ("ops", "apply", "PLAN", "--autothrottle", "0MB", "--poll-interval", "0.01"),
+    ],
+)
+def test_a_zero_rate_is_refused(
+    args: Sequence[str], cluster: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    """A zero byte rate would stop replication (or divide by it): refused, naming the flag."""
+    plan = str(_plan(tmp_path / "p.json", ("orders", 0, [4, 2, 3])))
+    result = cli(*[plan if a == "PLAN" else a for a in args], "--bootstrap", "stub:9092")
+    assert result.code == 2, result.err
+    assert "must be at least 1 B" in result.err
+    assert cluster.calls == []
