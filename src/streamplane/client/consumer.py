@@ -4,7 +4,9 @@
   whichever cluster it lives; routing changes are picked up live.
 - Lanes are served by priority: a record of a higher lane is always handed out before
   one of a lower lane, and a lower lane's fetching pauses when its buffer is full, so
-  ``realtime`` never waits behind ``bulk``.
+  ``realtime`` never waits behind ``bulk``. Each lane is fetched by a Kafka client of
+  its own on each cluster: a fetch queue is first in, first out, and a shared one put
+  realtime records behind the bulk backlog the client had prefetched.
 - ``ack`` settles a record; ``nack`` schedules a retry with exponential backoff while
   newer records keep flowing; after ``max_attempts`` the record is rejected;
   ``reject`` sends it to the dlq lane with provenance headers and then settles it.
@@ -186,8 +188,14 @@ class StreamMessage:
             self._error = str(error)
         self._run.state.nacks.append(self)  # counted and scheduled at housekeeping
 
-    def reject(self, reason: str = "rejected", *, dlq: bool = True) -> None:
-        """Give up: send to the dlq lane with provenance (or only mark rejected)."""
+    def reject(self, reason: BaseException | str = "rejected", *, dlq: bool = True) -> None:
+        """Give up: send to the dlq lane with provenance (or only mark rejected). The
+        reason (an exception is told by its type and message) is the dead letter's
+        ``sp-last-error``."""
+        if isinstance(reason, BaseException):
+            reason = f"{type(reason).__name__}: {reason}"
+        elif not isinstance(reason, str):
+            raise TypeError(f"reject(reason): a str or an exception, not {reason!r}")
         self._run.consumer._reject(self, reason, dlq)
 
     def __repr__(self) -> str:
@@ -388,7 +396,8 @@ class StreamConsumer:
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
         self._polling = threading.Lock()  # held by a poll, and by close
-        self._consumers: dict[str, Consumer] = {}
+        # The fetching clients, one per (cluster, lane priority).
+        self._consumers: dict[tuple[str, int], Consumer] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
         self._commit_clients: dict[str, Consumer] = {}  # the stores' clients, by cluster
@@ -422,6 +431,11 @@ class StreamConsumer:
     # ------------------------------------------------------------------ life cycle
     def open(self) -> Self:
         """Fetch the routing, restore committed progress, start reading."""
+        if self._closed:
+            raise ConfigError(
+                f"consumer of stream {self.stream!r} (group {self.group!r}) is closed: "
+                "make a new one"
+            )
         if self._opened:
             return self
         table = self._watcher.start()
@@ -534,26 +548,32 @@ class StreamConsumer:
             self._bootstraps[cluster] = self._client.cluster_bootstrap(cluster)
         return self._bootstraps[cluster]
 
-    def _consumer(self, cluster: str) -> Consumer:
-        c = self._consumers.get(cluster)
+    def _client_config(self, cluster: str) -> dict[str, Any]:
+        return consumer_config(
+            self._bootstrap(cluster), self.group, {"enable.auto.offset.store": False, **self._extra}
+        )
+
+    def _fetcher(self, cluster: str, priority: int) -> Consumer:
+        """The client fetching one lane's partitions on ``cluster``."""
+        c = self._consumers.get((cluster, priority))
         if c is None:
-            conf = consumer_config(
-                self._bootstrap(cluster),
-                self.group,
-                {"enable.auto.offset.store": False, **self._extra},
-            )
-            c = Consumer(conf)
-            self._consumers[cluster] = c
-            # Commits go through a client of their own (the same group, nothing
-            # assigned): a synchronous commit on the fetching client, from the
-            # committer's thread, waited seconds while this thread sat in consume().
-            committing = self._commit_clients[cluster] = Consumer(conf)
+            self._commit_store(cluster)
+            c = self._consumers[cluster, priority] = Consumer(self._client_config(cluster))
+        return c
+
+    def _commit_store(self, cluster: str) -> CommitStore:
+        """Commits go through a client of their own (the same group, nothing assigned):
+        a synchronous commit on a fetching client, from the committer's thread, waited
+        seconds while the consuming thread sat in consume()."""
+        store = self._commit_stores.get(cluster)
+        if store is None:
+            committing = self._commit_clients[cluster] = Consumer(self._client_config(cluster))
             store = self._commit_stores[cluster] = CommitStore(
                 committing, self._bootstrap(cluster), self.stream, self.group
             )
             if not self.read_only:
                 store.prefetch_budget()
-        return c
+        return store
 
     def _on_routing(self, table: RoutingTable) -> None:
         self._pending_routing = table  # applied by the consuming thread
@@ -577,17 +597,19 @@ class StreamConsumer:
             self._membership.released(unloaded)
         if gone:
             self.commit()
-            by_cluster: dict[str, list[TopicPartition]] = {}
+            by_fetcher: dict[tuple[str, int], list[TopicPartition]] = {}
             released = []
             for k in gone:
-                by_cluster.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
                 state = self._states.pop(k)
+                by_fetcher.setdefault((k.cluster, state.priority), []).append(
+                    TopicPartition(k.topic, k.partition)
+                )
                 state.revoked = True
                 released.append(state)
                 self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
             METRICS.partitions_released(self, released)  # metrics
-            for cluster, tps in by_cluster.items():
-                self._consumer(cluster).incremental_unassign(tps)
+            for (cluster, priority), tps in by_fetcher.items():
+                self._fetcher(cluster, priority).incremental_unassign(tps)
             # Records of units we gave up are not handed out any more (the next owner
             # reads them from the committed state).
             gone_set = set(gone)
@@ -622,8 +644,7 @@ class StreamConsumer:
 
     def _start_load(self, cluster: str, keys: list[PartitionKey]) -> _OffsetsLoad:
         """Read where ``keys`` (partitions of ``cluster``) start, in the background."""
-        self._consumer(cluster)  # its clients and commit store, made on first use
-        load = _OffsetsLoad(cluster, keys, self._commit_stores[cluster])
+        load = _OffsetsLoad(cluster, keys, self._commit_store(cluster))
         self._loads.append(load)
         return load
 
@@ -669,7 +690,7 @@ class StreamConsumer:
         restored: Restored,
     ) -> None:
         """Read ``keys`` from where their commits left off."""
-        tps = []
+        by_priority: dict[int, list[TopicPartition]] = {}
         for k in keys:
             lane, prio = self._loading.pop(k)
             state = PartitionState(k, lane, prio)
@@ -678,8 +699,9 @@ class StreamConsumer:
             self._states[k] = state
             self._states_by_cluster.setdefault(k.cluster, {})[(k.topic, k.partition)] = state
             start = state.base if state.base is not None else OFFSET_BEGINNING
-            tps.append(TopicPartition(k.topic, k.partition, start))
-        self._consumer(cluster).incremental_assign(tps)
+            by_priority.setdefault(prio, []).append(TopicPartition(k.topic, k.partition, start))
+        for prio, tps in by_priority.items():
+            self._fetcher(cluster, prio).incremental_assign(tps)
 
     # ------------------------------------------------------------------ consuming
     def __iter__(self) -> Iterator[StreamMessage]:
@@ -704,10 +726,11 @@ class StreamConsumer:
             # (a new group's partition has no position until its first fetch: then any
             # record between the partition's ends is unread)
             positions = [
-                (s.key, -1 if s.next_fetch is None else s.next_fetch) for s in self._states.values()
+                (s.key, s.priority, -1 if s.next_fetch is None else s.next_fetch)
+                for s in self._states.values()
             ]
-        for key, position in positions:
-            client = self._consumers.get(key.cluster)
+        for key, priority, position in positions:
+            client = self._consumers.get((key.cluster, priority))
             if client is None:
                 continue
             tp = TopicPartition(key.topic, key.partition)
@@ -835,12 +858,13 @@ class StreamConsumer:
         self._flow_control()
 
     def _fetch(self, timeout: float) -> None:
-        consumers = list(self._consumers.items())
+        # The highest lane last: it is the one waited on when nothing else came.
+        consumers = sorted(self._consumers.items(), key=lambda item: -item[0][1])
         if not consumers:
             time.sleep(timeout)
             return
         got_any = False
-        for i, (cluster, consumer) in enumerate(consumers):
+        for i, ((cluster, _), consumer) in enumerate(consumers):
             wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
             try:
                 batch = consume_available(consumer, self.fetch_batch, wait)
@@ -901,8 +925,8 @@ class StreamConsumer:
 
     def _flow_control(self) -> None:
         """Pause lanes whose buffer is full and partitions whose in-flight window is."""
-        to_pause: dict[str, list[TopicPartition]] = {}
-        to_resume: dict[str, list[TopicPartition]] = {}
+        to_pause: dict[tuple[str, int], list[TopicPartition]] = {}
+        to_resume: dict[tuple[str, int], list[TopicPartition]] = {}
         with self._lock:
             self._apply_acks()
             for state in self._states.values():
@@ -913,11 +937,13 @@ class StreamConsumer:
                     state.paused = want_paused
                     k = state.key
                     target = to_pause if want_paused else to_resume
-                    target.setdefault(k.cluster, []).append(TopicPartition(k.topic, k.partition))
-        for cluster, tps in to_pause.items():
-            self._consumers[cluster].pause(tps)
-        for cluster, tps in to_resume.items():
-            self._consumers[cluster].resume(tps)
+                    target.setdefault((k.cluster, state.priority), []).append(
+                        TopicPartition(k.topic, k.partition)
+                    )
+        for fetcher, tps in to_pause.items():
+            self._consumers[fetcher].pause(tps)
+        for fetcher, tps in to_resume.items():
+            self._consumers[fetcher].resume(tps)
 
     # ------------------------------------------------------------------ settling
     def _apply_acks(self) -> None:
@@ -1152,23 +1178,26 @@ class StreamConsumer:
         key_queues: dict[bytes | None, deque[StreamMessage]] = {}
         key_lock = threading.Lock()
 
-        def work(msg: StreamMessage) -> None:
-            try:
-                handle(msg)
-                if key_ordered:
-                    nxt = None
-                    with key_lock:
-                        q = key_queues[msg.key]
-                        q.popleft()
-                        if q:
-                            nxt = q[0]
-                        else:
-                            del key_queues[msg.key]
-                    if nxt is not None:
-                        pool.submit(work, nxt)
-                        return
-            finally:
-                slots.release()
+        def work(first: StreamMessage) -> None:
+            # With key_ordered, the thread goes on with the key's queued records itself
+            # (submitting them to the pool failed once ``stop`` had shut it down, and
+            # they were never handled).
+            msg: StreamMessage | None = first
+            while msg is not None:
+                try:
+                    handle(msg)
+                finally:
+                    slots.release()
+                if not key_ordered:
+                    return
+                with key_lock:
+                    q = key_queues[msg.key]
+                    q.popleft()
+                    if q:
+                        msg = q[0]
+                    else:
+                        del key_queues[msg.key]
+                        msg = None
 
         with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
             while not stop.is_set() and not self._closed:

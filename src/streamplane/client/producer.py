@@ -119,7 +119,8 @@ class StreamProducer:
     ...     producer.send(b'{"msg": "hi"}', key=b"host-1", lane="realtime")
 
     ``lane`` is the default lane (the stream's first lane when None).
-    ``max_record_bytes`` bounds key + value (default: the stream's own bound);
+    ``max_record_bytes`` bounds key + value (default: the stream's own bound; a larger
+    one is refused at ``open``, as consumers could not dead-letter such a record);
     ``max_batch_bytes`` bounds each batch by *uncompressed* size.
     ``extra_config`` passes librdkafka settings through (dotted keys).
     ``delivery_reports``: ``"errors"`` (default, the fast path) or ``"all"`` (a report
@@ -139,6 +140,10 @@ class StreamProducer:
     ) -> None:
         if max_batch_bytes < 1024:
             raise ConfigError("max_batch_bytes must be at least 1024")
+        if max_record_bytes is not None and (
+            not isinstance(max_record_bytes, int) or max_record_bytes < 1
+        ):
+            raise ConfigError(f"max_record_bytes must be a positive int, not {max_record_bytes!r}")
         if delivery_reports not in ("errors", "all"):
             raise ConfigError("delivery_reports must be 'errors' or 'all'")
         self.stream = stream
@@ -176,10 +181,14 @@ class StreamProducer:
             return self
         table = self._watcher.start()
         try:
+            desc = self._client.describe_stream(self.stream)
+            bound = int(desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
             if self._max_record_bytes is None:
-                desc = self._client.describe_stream(self.stream)
-                self._max_record_bytes = int(
-                    desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES
+                self._max_record_bytes = bound
+            elif self._max_record_bytes > bound:
+                raise ConfigError(
+                    f"max_record_bytes={self._max_record_bytes} is above stream "
+                    f"{self.stream!r}'s bound of {bound} bytes"
                 )
             if self._default_lane is None:
                 self._default_lane = table.lanes[0]

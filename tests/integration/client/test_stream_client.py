@@ -444,3 +444,63 @@ def test_unfinished_partitions_names_a_partition_read_only_in_part(
                 read += 1
         assert read == 20
         assert reader.unfinished_partitions() == []
+
+
+def test_realtime_does_not_wait_behind_a_bulk_backlog(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """Realtime records sent while the consumer works through a bulk backlog are handed
+    out next, not after the backlog the client had already fetched (the lanes used to
+    share one fetch queue per cluster: realtime came after every bulk record in it)."""
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    backlog = 30_000
+    with StreamProducer(stream, client) as producer:
+        for i in range(backlog):
+            producer.send(b"%d" % i, key=b"%d" % (i % 16), lane="bulk")
+    handled: list[str] = []
+    realtime_sent_at: int | None = None  # bulk records handled when realtime was sent
+    with (
+        StreamConsumer(stream, f"g-{uuid.uuid4().hex[:6]}", client) as consumer,
+        StreamProducer(stream, client, lane="realtime") as realtime,
+    ):
+        deadline = time.monotonic() + 120
+        while handled.count("realtime") < 20 and time.monotonic() < deadline:
+            batch = consumer.poll_batch(500, 0.2)
+            for msg in batch:
+                handled.append(msg.lane)
+                msg.ack()
+            if batch:
+                time.sleep(0.05)  # a slow application: the backlog takes seconds
+            if realtime_sent_at is None and len(handled) >= 1_000:
+                # The client has prefetched much of the backlog by now.
+                for i in range(20):
+                    realtime.send(b"rt-%d" % i)
+                realtime.flush()
+                realtime_sent_at = len(handled)
+    assert realtime_sent_at is not None and handled.count("realtime") == 20
+    last_realtime = len(handled) - handled[::-1].index("realtime")
+    bulk_after_send = handled[realtime_sent_at:last_realtime].count("bulk")
+    # What was buffered or handed out while they reached the client (~1,000 here), not
+    # the rest of the backlog the client had prefetched (29,000 before).
+    print(f"\n{bulk_after_send} bulk records handled between the realtime send and its last")
+    assert bulk_after_send < backlog // 2, f"{bulk_after_send} bulk records went first"
+
+
+def test_a_producer_bound_above_the_streams_is_refused(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """A record above the stream's bound could never be dead-lettered (the dlq lane has
+    the same bound): a consumer rejecting it had it handed back forever."""
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=1, max_record_bytes=1000)
+    with pytest.raises(ConfigError, match=r"above stream .* bound of 1000 bytes"):
+        StreamProducer(stream, client, max_record_bytes=100_000).open()
+    for bad in ("10", 0):
+        with pytest.raises(ConfigError, match="max_record_bytes must be a positive int"):
+            StreamProducer(stream, client, max_record_bytes=bad)  # type: ignore[arg-type]
+    with (
+        StreamProducer(stream, client, max_record_bytes=500) as producer,
+        pytest.raises(RecordTooLarge),
+    ):
+        producer.send(b"x" * 600)

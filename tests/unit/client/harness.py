@@ -129,7 +129,7 @@ def stand_in_consumer(
     dlq._max_record_bytes, dlq._default_lane, dlq._opened = 1 << 20, DLQ_LANE, True
     c._dlq = DlqWriter(dlq, _DLQ_BATCH_INTERVAL_S, c._dead_letter_write)
     c._opened = True
-    c._consumers = {"local-a": NoKafka()}  # type: ignore[dict-item]
+    c._consumers = {("local-a", 0): NoKafka()}  # type: ignore[dict-item]
     c._commit_stores["local-a"] = NoKafka()  # type: ignore[assignment]
     for p in range(partitions):
         state = PartitionState(PartitionKey(KEY.cluster, KEY.topic, p), "default", 0)

@@ -327,3 +327,34 @@ def test_run_refuses_non_retryable_that_is_not_a_tuple_of_exception_classes(
     c = stand_in_consumer(DlqBroker())
     with pytest.raises(ConfigError, match="non_retryable"):
         c.run(lambda m: None, non_retryable=bad)  # type: ignore[arg-type]
+
+
+def test_reject_takes_an_exception_and_refuses_other_reasons(clock: Clock) -> None:
+    """``reject(exc)`` (as ``nack(exc)``) is told as ``Type: message``; a reason that is
+    neither is refused at the call (it was accepted, then broke every later poll)."""
+    broker = DlqBroker()
+    c, state = consumer_of(2, broker)
+    handed = poll(c, clock, 0)
+    with pytest.raises(TypeError, match="a str or an exception"):
+        handed[0].reject(None)  # type: ignore[arg-type]
+    handed[0].reject(ValueError("boom"))
+    handed[1].ack()
+    poll(c, clock, 0.2)
+    ((value, headers),) = broker.written
+    assert value == b"0" and read_provenance(headers)["error"] == "ValueError: boom"
+    broker.deliver()
+    poll(c, clock, 0)
+    assert state.unsettled() == 0
+
+
+def test_a_closed_consumer_is_not_opened_again() -> None:
+    """Iterating, ``run`` or ``open`` after ``close`` raise: they used to start a new
+    member of the group (heartbeats, partitions held) that nothing would stop."""
+    c = StreamConsumer("s", "g", None, assigner=False)  # type: ignore[arg-type]
+    c.close()
+    with pytest.raises(ConfigError, match="is closed"):
+        c.open()
+    with pytest.raises(ConfigError, match="is closed"):
+        next(iter(c))
+    with pytest.raises(ConfigError, match="is closed"):
+        c.run(lambda m: None)
