@@ -7,8 +7,9 @@ import json
 import click
 
 from streamplane.cli.connection import connect, connection_options, json_option
-from streamplane.cli.output import counted, progress, table
+from streamplane.cli.output import progress, table
 from streamplane.client.dlq import DeadLetter, describe_unread, list_dead_letters, replay
+from streamplane.core.text import counted
 from streamplane.exceptions import KafkaError
 
 
@@ -79,4 +80,4 @@ def replay_cmd(stream: str, to_lane: str | None, url: str, token: str | None) ->
     """Send every dlq record of STREAM back to a lane; resumable (group sp-dlq-replay)."""
     with connect(url, token) as client:
         n = replay(client, stream, to_lane=to_lane, progress=lambda k: progress(f"{k} replayed"))
-    click.echo(f"replayed {n} records")
+    click.echo(f"replayed {counted(n, 'record')}")

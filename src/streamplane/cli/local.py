@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from streamplane.cli.output import counted, progress, table
+from streamplane.cli.output import progress, table
+from streamplane.core.text import counted
 from streamplane.local.distribution import KafkaDistribution
 from streamplane.local.fleet import ClusterStatus, FleetSpec, LocalFleet
 

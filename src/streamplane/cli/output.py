@@ -21,8 +21,3 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def progress(message: str) -> None:
     """A progress line on stderr, so stdout stays parseable."""
     click.echo(f"… {message}", err=True)
-
-
-def counted(n: int, noun: str) -> str:
-    """``1 record``, ``2 records``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -373,6 +373,17 @@ class StreamConsumer:
             raise ConfigError("retry_backoff must be >= 0 and <= max_retry_backoff")
         if not group or len(group) > 200:
             raise ConfigError("group must be a non-empty name of at most 200 characters")
+        if lanes is not None and (
+            isinstance(lanes, str) or not lanes or not all(isinstance(x, str) for x in lanes)
+        ):
+            raise ConfigError(f"lanes must be a non-empty list of lane names, not {lanes!r}")
+        for name, value in (
+            ("max_in_flight", max_in_flight),
+            ("max_buffered_per_lane", max_buffered_per_lane),
+            ("fetch_batch", fetch_batch),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive int, not {value!r}")
         self.stream = stream
         self.group = group
         self._client = control_plane

@@ -12,6 +12,7 @@ from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
 from streamplane.core.routing import DLQ_LANE
+from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, KafkaError
 
 REPLAY_GROUP = "sp-dlq-replay"
@@ -145,7 +146,7 @@ def replay(
         unread = consumer.unfinished_partitions()
     if unread:
         raise KafkaError(
-            f"replayed {replayed} records, but {describe_unread(unread)} (the cluster does "
-            "not answer): replay again once it does"
+            f"replayed {counted(replayed, 'record')}, but {describe_unread(unread)} (the "
+            "cluster does not answer): replay again once it does"
         )
     return replayed

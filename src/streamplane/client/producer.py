@@ -43,6 +43,7 @@ from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
+from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
 
@@ -287,7 +288,13 @@ class StreamProducer:
     ) -> None:
         """Queue one record for the lane's active segment (asynchronous)."""
         route = self._route_for(lane)
-        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        try:
+            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        except TypeError:
+            raise TypeError(
+                "send: value and key are bytes, str or None, not "
+                f"{type(value).__name__} and {type(key).__name__}"
+            ) from None
         if self._max_record_bytes is not None and size > self._max_record_bytes:
             raise RecordTooLarge(
                 f"record of {size} bytes exceeds the stream's bound "
@@ -450,7 +457,7 @@ class StreamProducer:
             return
         err, msg = failures[0]
         raise ProduceError(
-            f"{len(failures)} records could not be delivered to stream {self.stream!r}; "
+            f"{counted(len(failures), 'record')} could not be delivered to stream {self.stream!r}; "
             f"first: {err.str()} (topic {msg.topic()})"
         )
 

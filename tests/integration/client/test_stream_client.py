@@ -499,8 +499,8 @@ def test_a_producer_bound_above_the_streams_is_refused(
     for bad in ("10", 0):
         with pytest.raises(ConfigError, match="max_record_bytes must be a positive int"):
             StreamProducer(stream, client, max_record_bytes=bad)  # type: ignore[arg-type]
-    with (
-        StreamProducer(stream, client, max_record_bytes=500) as producer,
-        pytest.raises(RecordTooLarge),
-    ):
-        producer.send(b"x" * 600)
+    with StreamProducer(stream, client, max_record_bytes=500) as producer:
+        with pytest.raises(RecordTooLarge):
+            producer.send(b"x" * 600)
+        with pytest.raises(TypeError, match="bytes, str or None, not int and NoneType"):
+            producer.send(123)  # type: ignore[arg-type]

@@ -358,3 +358,21 @@ def test_a_closed_consumer_is_not_opened_again() -> None:
         next(iter(c))
     with pytest.raises(ConfigError, match="is closed"):
         c.run(lambda m: None)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"lanes": "realtime"}, "lanes must be a non-empty list"),
+        ({"lanes": []}, "lanes must be a non-empty list"),
+        ({"max_in_flight": 0}, "max_in_flight must be a positive int"),
+        ({"fetch_batch": "10"}, "fetch_batch must be a positive int"),
+    ],
+)
+def test_bad_consumer_settings_are_refused_at_construction(
+    kwargs: dict[str, object], message: str
+) -> None:
+    """(A plain string was read as lanes 'r', 'e', ...; max_in_flight=0 paused every
+    partition for good.)"""
+    with pytest.raises(ConfigError, match=message):
+        StreamConsumer("s", "g", None, assigner=False, **kwargs)  # type: ignore[arg-type]
