@@ -199,7 +199,9 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._high: dict[PartitionKey, int] = {}
         self._committed: dict[PartitionKey, int] = {}
         self._available_now_cap: dict[PartitionKey, int] | None = None
-        self._committed_seen: set[PartitionKey] = set()
+        # The group's committed offset of each partition, as read once (None: none):
+        # Spark asks initialOffset twice, and both answers must be the same.
+        self._group_offsets: dict[PartitionKey, int | None] = {}
         self._unanswered: set[str] = set()  # clusters whose last watermark query failed
 
     # -------------------------------------------------------------- driver plumbing
@@ -303,9 +305,8 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         already done."""
         by_cluster: dict[str, list[PartitionInfo]] = {}
         for info in infos:
-            if info.key not in self._committed_seen and info.key not in started:
+            if info.key not in self._group_offsets and info.key not in started:
                 by_cluster.setdefault(info.key.cluster, []).append(info)
-        replaced: dict[PartitionKey, PartitionInfo] = {}
         deferred: set[PartitionKey] = set()
         for cluster, items in by_cluster.items():
             try:
@@ -321,14 +322,20 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 deferred.update(i.key for i in items)
                 continue
             for info in items:
-                self._committed_seen.add(info.key)
                 _, offset = loaded.get((info.key.topic, info.key.partition), (None, None))
-                if offset is not None and info.join_offset <= offset <= info.end_offset:
-                    replaced[info.key] = PartitionInfo(
-                        info.key, info.lane, info.priority, info.segment_epoch, offset,
-                        info.end_offset,
-                    )  # fmt: skip
-        return [replaced.get(i.key, i) for i in infos if i.key not in deferred]
+                self._group_offsets[info.key] = offset
+        out = []
+        for info in infos:
+            if info.key in deferred:
+                continue
+            offset = None if info.key in started else self._group_offsets.get(info.key)
+            if offset is not None and info.join_offset <= offset <= info.end_offset:
+                info = PartitionInfo(
+                    info.key, info.lane, info.priority, info.segment_epoch, offset,
+                    info.end_offset,
+                )  # fmt: skip
+            out.append(info)
+        return out
 
     # -------------------------------------------------------------- Spark API (driver)
     def initialOffset(self) -> dict[str, Any]:

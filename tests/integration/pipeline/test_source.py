@@ -351,3 +351,34 @@ def test_a_new_query_commits_where_it_starts(
             assert time.monotonic() < deadline, f"lag monitor never showed {group}: {groups}"
             time.sleep(0.5)
     assert lag > 0
+
+
+def test_a_new_query_starts_at_the_groups_progress_whenever_spark_asks(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """startingOffsets=committed: Spark asks a new query's initialOffset twice, and
+    plans micro-batch 0 from the second answer, which must be the group's progress too
+    (it was the beginning of every partition: a new query read everything again)."""
+    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
+    with control_plane.client() as client, StreamProducer(stream, client) as producer:
+        for i in range(100):
+            producer.send(f"v{i}")
+    options = {
+        "stream": stream,
+        "group": f"g-{uuid.uuid4().hex[:8]}",
+        "controlPlane": control_plane.url,
+        "token": control_plane.token,
+    }
+    first = StreamplaneStreamReader(parse_read_options(options))
+    try:
+        start = SourceOffset.from_json(first.initialOffset())
+        ((key, _),) = start.partitions.items()
+        first.commit(SourceOffset(start.epoch, {key: 60}).to_json())  # the group's progress
+    finally:
+        first.stop()
+    second = StreamplaneStreamReader(parse_read_options(options))
+    try:
+        answers = [SourceOffset.from_json(second.initialOffset()).partitions for _ in range(2)]
+    finally:
+        second.stop()
+    assert answers == [{key: 60}, {key: 60}]
