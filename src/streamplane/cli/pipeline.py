@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def install(print_jars: bool) -> None:
     help="Spark master URL ('' leaves it to spark-submit).",
 )
 @click.option("--trigger-seconds", type=float, default=2.0, show_default=True)
-@click.option("--max-records-per-trigger", type=int, default=None)
+@click.option("--max-records-per-trigger", type=click.IntRange(min=1), default=None)
 @click.option("--available-now", is_flag=True, help="Process what is there, then stop.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
 @connection_options
@@ -82,11 +83,14 @@ def telemetry(
 ) -> None:
     """Parse, validate (bad -> dlq lane), enrich and store telemetry events in Delta tables."""
     from streamplane.cli.connection import read_token_file
+    from streamplane.pipeline.source import preflight_read
     from streamplane.pipeline.spark import build_session
     from streamplane.pipeline.telemetry import TelemetryConfig, TelemetryJob, store_summary
 
     if trigger_seconds <= 0:
         raise click.BadParameter("must be positive", param_hint="--trigger-seconds")
+    for option, path in (("--warehouse", warehouse), ("--checkpoint", checkpoint)):
+        _check_directory(path, option)
     config = TelemetryConfig(
         stream=stream,
         group=group,
@@ -97,6 +101,7 @@ def telemetry(
         max_records_per_trigger=max_records_per_trigger,
         trigger_seconds=trigger_seconds,
     )
+    preflight_read(config.read_options())  # one clear line before Spark's 20 s start
     spark = build_session(
         f"streamplane-telemetry-{stream}",
         master=master or None,
@@ -113,10 +118,25 @@ def telemetry(
         else:
             query.awaitTermination()
         summary = store_summary(spark, config.warehouse)
-        click.echo(table(list(summary), [list(summary.values())]))
+        shown = [round(v, 1) if isinstance(v, float) else v for v in summary.values()]
+        click.echo(table(list(summary), [shown]))
     finally:
         job.close()
         spark.stop()
+
+
+def _check_directory(path: Path | None, option: str) -> None:
+    """A directory the job can create or write into (Spark's own error is a long Java
+    stack trace)."""
+    if path is None:
+        return
+    existing = path.resolve()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise click.BadParameter(f"{existing} is not a directory", param_hint=option)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{existing} is not writable", param_hint=option)
 
 
 @click.command("generate")
@@ -153,6 +173,13 @@ def generate(
     for name, ratio in (("--poison-ratio", poison_ratio), ("--duplicate-ratio", duplicate_ratio)):
         if not 0 <= ratio <= 1:
             raise click.BadParameter("must be between 0 and 1", param_hint=name)
+    if summary_path is not None:
+        # Checked before anything is sent: the ground truth of sent records is not lost.
+        try:
+            summary_path.parent.mkdir(parents=True, exist_ok=True)
+            summary_path.touch()
+        except OSError as exc:
+            raise ConfigError(f"cannot write the summary to {summary_path}: {exc}") from exc
     count = max(1, int(rate * duration))
     with connect(url, token) as client, StreamProducer(stream, client) as producer:
         lanes = producer.routing.lanes

@@ -644,10 +644,20 @@ class WrittenRecords(WriterCommitMessage):
 
 
 def _columns(schema: Any) -> tuple[str, ...]:
-    names = tuple(f.name for f in schema.fields)
-    if "value" not in names:
+    """The written frame's column names, once ``value`` (and ``key``) are checked to be
+    string or binary: anything else failed in every task, deep in executor traces."""
+    from pyspark.sql.types import BinaryType, StringType
+
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
         raise ConfigError("writing to a stream needs a 'value' column (string or binary)")
-    return names
+    for name in ("value", "key"):
+        if name in types and not isinstance(types[name], (StringType, BinaryType)):
+            raise ConfigError(
+                f"column {name!r} is {types[name].simpleString()}: a stream takes string or "
+                f"binary (cast it, e.g. col('{name}').cast('string'))"
+            )
+    return tuple(types)
 
 
 def write_rows(

@@ -128,7 +128,7 @@ class TelemetryConfig:
             opts["token"] = self.token
         if self.lanes:
             opts["lanes"] = ",".join(self.lanes)
-        if self.max_records_per_trigger:
+        if self.max_records_per_trigger is not None:
             opts["maxRecordsPerTrigger"] = str(self.max_records_per_trigger)
         return opts
 

@@ -62,3 +62,25 @@ def test_write_options() -> None:
 )
 def test_artifact_name(jar: str, name: str) -> None:
     assert artifact_name(jar) == name
+
+
+def test_the_writer_takes_string_or_binary_values_and_keys() -> None:
+    """Checked on the driver: an int value failed in every task with a TypeError."""
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+    from streamplane.pipeline.source import _columns
+
+    def schema(**types: object) -> StructType:
+        return StructType([StructField(n, t) for n, t in types.items()])  # type: ignore[arg-type]
+
+    assert _columns(schema(value=BinaryType(), key=StringType(), lane=StringType())) == (
+        "value",
+        "key",
+        "lane",
+    )
+    with pytest.raises(ConfigError, match="column 'value' is int: a stream takes string or binary"):
+        _columns(schema(value=IntegerType()))
+    with pytest.raises(ConfigError, match="column 'key' is int"):
+        _columns(schema(value=StringType(), key=IntegerType()))
+    with pytest.raises(ConfigError, match="needs a 'value' column"):
+        _columns(schema(payload=StringType()))
