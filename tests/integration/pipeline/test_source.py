@@ -169,6 +169,22 @@ def test_unknown_lane_and_unreachable_control_plane(
         base.option("controlPlane", "http://127.0.0.1:9").load()
 
 
+def _hundred_records(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> dict[str, str]:
+    """A one-partition stream holding 100 records; the source options of a new group."""
+    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
+    with control_plane.client() as client, StreamProducer(stream, client) as producer:
+        for i in range(100):
+            producer.send(f"v{i}")
+    return {
+        "stream": stream,
+        "group": f"g-{uuid.uuid4().hex[:8]}",
+        "controlPlane": control_plane.url,
+        "token": control_plane.token,
+    }
+
+
 class UnansweredOnce:
     """A cluster's commit store whose first read of committed offsets fails, as when
     the group coordinator does not answer."""
@@ -193,16 +209,7 @@ def test_a_new_query_waits_for_the_groups_progress_rather_than_rereading(
     """startingOffsets=committed: a partition whose committed offset cannot be read when
     a new query starts joins at that offset once it can, not at its beginning (which
     would read again everything the group had done)."""
-    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
-    with control_plane.client() as client, StreamProducer(stream, client) as producer:
-        for i in range(100):
-            producer.send(f"v{i}")
-    options = {
-        "stream": stream,
-        "group": f"g-{uuid.uuid4().hex[:8]}",
-        "controlPlane": control_plane.url,
-        "token": control_plane.token,
-    }
+    options = _hundred_records(control_plane, stream_factory)
 
     def reader() -> StreamplaneStreamReader:
         return StreamplaneStreamReader(parse_read_options(options))
@@ -319,17 +326,8 @@ def test_a_new_query_commits_where_it_starts(
     """The first micro-batch commits the offsets the query starts from: the lag monitor
     tracks the group (and its growing time lag) from the start, not from the end of its
     first micro-batch, which can take a minute of Spark warm-up."""
-    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
-    with control_plane.client() as client, StreamProducer(stream, client) as producer:
-        for i in range(100):
-            producer.send(f"v{i}")
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    options = {
-        "stream": stream,
-        "group": group,
-        "controlPlane": control_plane.url,
-        "token": control_plane.token,
-    }
+    options = _hundred_records(control_plane, stream_factory)
+    group = options["group"]
     reader = StreamplaneStreamReader(parse_read_options(options))
     try:
         initial = reader.initialOffset()
@@ -359,16 +357,7 @@ def test_a_new_query_starts_at_the_groups_progress_whenever_spark_asks(
     """startingOffsets=committed: Spark asks a new query's initialOffset twice, and
     plans micro-batch 0 from the second answer, which must be the group's progress too
     (it was the beginning of every partition: a new query read everything again)."""
-    stream = stream_factory("local-a", partitions=1, lanes=("realtime",))
-    with control_plane.client() as client, StreamProducer(stream, client) as producer:
-        for i in range(100):
-            producer.send(f"v{i}")
-    options = {
-        "stream": stream,
-        "group": f"g-{uuid.uuid4().hex[:8]}",
-        "controlPlane": control_plane.url,
-        "token": control_plane.token,
-    }
+    options = _hundred_records(control_plane, stream_factory)
     first = StreamplaneStreamReader(parse_read_options(options))
     try:
         start = SourceOffset.from_json(first.initialOffset())
