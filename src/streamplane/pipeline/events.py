@@ -93,9 +93,16 @@ def validate(value: bytes | str | None) -> Event:
     """The event in ``value``, or ``Invalid`` with the reason."""
     if value is None:
         raise Invalid("empty record")
+    if isinstance(value, bytes):
+        # Events are UTF-8 (json.loads of bytes would guess UTF-16 or -32 from the
+        # first bytes, and tell a binary record as a UTF-16 decode error).
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Invalid(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     try:
         doc = json.loads(value)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except ValueError as exc:
         raise Invalid(f"malformed JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise Invalid("not a JSON object")

@@ -41,7 +41,8 @@ def test_valid_kinds() -> None:
     [
         (None, "empty record"),
         (b"{not json", "malformed JSON"),
-        (b"\xff\xfe", "malformed JSON"),
+        (b"\xff\xfe", "not UTF-8 text: invalid start byte at byte 0"),
+        (b"\x00{\x00}", "malformed JSON"),  # was read as UTF-16: {}
         (b"[1, 2]", "not a JSON object"),
         (doc(kind="trace"), "unknown kind"),
         (json.dumps({"kind": "log"}).encode(), "missing field 'event_id'"),
