@@ -407,8 +407,10 @@ class StreamConsumer:
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
         self._polling = threading.Lock()  # held by a poll, and by close
-        # The fetching clients, one per (cluster, lane priority).
+        # The fetching clients, one per (cluster, lane priority); and as _fetch polls
+        # them: the highest lane last (the one waited on when nothing else came).
         self._consumers: dict[tuple[str, int], Consumer] = {}
+        self._fetch_order: list[tuple[str, Consumer]] = []
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
         self._commit_clients: dict[str, Consumer] = {}  # the stores' clients, by cluster
@@ -551,6 +553,7 @@ class StreamConsumer:
             else:
                 c.close()
         self._consumers.clear()
+        self._fetch_order = []
         self._commit_clients.clear()
 
     # ------------------------------------------------------------------ routing
@@ -570,6 +573,8 @@ class StreamConsumer:
         if c is None:
             self._commit_store(cluster)
             c = self._consumers[cluster, priority] = Consumer(self._client_config(cluster))
+            by_lane = sorted(self._consumers.items(), key=lambda item: -item[0][1])
+            self._fetch_order = [(fetcher[0], client) for fetcher, client in by_lane]
         return c
 
     def _commit_store(self, cluster: str) -> CommitStore:
@@ -869,13 +874,12 @@ class StreamConsumer:
         self._flow_control()
 
     def _fetch(self, timeout: float) -> None:
-        # The highest lane last: it is the one waited on when nothing else came.
-        consumers = sorted(self._consumers.items(), key=lambda item: -item[0][1])
+        consumers = self._fetch_order
         if not consumers:
             time.sleep(timeout)
             return
         got_any = False
-        for i, ((cluster, _), consumer) in enumerate(consumers):
+        for i, (cluster, consumer) in enumerate(consumers):
             wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
             try:
                 batch = consume_available(consumer, self.fetch_batch, wait)
