@@ -196,8 +196,7 @@ def generate(
     summary = {"stream": stream, "seed": seed, "seconds": round(elapsed, 3), **truth.summary()}
     if summary_path is not None:
         try:
-            summary_path.parent.mkdir(parents=True, exist_ok=True)
-            summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+            summary_path.write_text(json.dumps(summary, indent=2) + "\n")  # checked above
         except OSError as exc:
             raise ConfigError(f"cannot write the summary to {summary_path}: {exc}") from exc
     shown = {k: v for k, v in summary.items() if k != "poison_keys"}
