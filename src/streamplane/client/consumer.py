@@ -475,12 +475,7 @@ class StreamConsumer:
         self._lanes = lanes
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
         self._buffers = [_LaneBuffer() for _ in lanes]
-        self._dlq = DlqWriter(
-            StreamProducer(self.stream, self._client, lane=DLQ_LANE).open(),
-            _DLQ_BATCH_INTERVAL_S,
-            self._dead_letter_write,
-        )
-        if self._use_assigner:
+        if self._use_assigner:  # first: a wrong token is told by its first heartbeat
             self._membership = GroupMembership(
                 self._client,
                 self.group,
@@ -492,6 +487,12 @@ class StreamConsumer:
             )
             self._membership.start()
             self._membership.changed.clear()
+        if not self.read_only:  # a browser writes nothing: no commits, no dead letters
+            self._dlq = DlqWriter(
+                StreamProducer(self.stream, self._client, lane=DLQ_LANE).open(),
+                _DLQ_BATCH_INTERVAL_S,
+                self._dead_letter_write,
+            )
         self._assign(table)
         self._watcher.add_listener(self._on_routing)
         self._opened = True
@@ -1044,8 +1045,16 @@ class StreamConsumer:
 
     def _dead_letters(self, letters: list[Letter[StreamMessage]]) -> None:
         """Queue each (record, reason, attempts) for the dlq lane; a record is settled
-        once its dead letter is acked (``_settle_dead_letters``)."""
-        assert self._dlq is not None
+        once its dead letter is acked (``_settle_dead_letters``). A read-only consumer
+        writes nothing: it settles them at once (in memory; it commits nothing)."""
+        if self._dlq is None:
+            by_partition: dict[PartitionState, list[int]] = {}
+            for msg, _reason, _attempts in letters:
+                by_partition.setdefault(msg._run.state, []).append(msg.offset)
+            for state, offsets in by_partition.items():
+                state.settle(offsets, rejected=True)
+            self.stats["rejected"] += len(letters)
+            return
         self._dlq.add(letters)
 
     def _dead_letter_write(self, msg: StreamMessage, reason: str, attempts: int) -> Write:

@@ -106,8 +106,8 @@ def replay(
         raise ConfigError("cannot replay the dlq lane into itself")
     replayed = 0
     with (
-        StreamProducer(stream, client) as producer,
         StreamConsumer(stream, REPLAY_GROUP, client, lanes=[DLQ_LANE]) as consumer,
+        StreamProducer(stream, client) as producer,
     ):
         lanes = producer.routing.lanes
         if to_lane is not None and to_lane not in lanes:

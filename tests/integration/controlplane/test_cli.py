@@ -283,3 +283,17 @@ def test_dlq_list_past_the_in_flight_window_and_replay(
 def test_lag_of_an_unknown_stream_says_so(control_plane: ControlPlaneProcess) -> None:
     line = one_error_line(run_cli(control_plane, "lag", "--stream", "no-such-stream"))
     assert "unknown stream 'no-such-stream'" in line
+
+
+def test_dlq_commands_with_a_wrong_token(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """`dlq list` reads only: a wrong token is never used (no heartbeat warning);
+    `dlq replay` writes: a wrong token is one error line, before anything is written."""
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1)
+    listed = run_cli(control_plane, "dlq", "list", stream, "--token", "wrong")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == ""
+    assert listed.stdout.endswith("0 records\n")
+    line = one_error_line(run_cli(control_plane, "dlq", "replay", stream, "--token", "wrong"))
+    assert "wrong API token" in line
