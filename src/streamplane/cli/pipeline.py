@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +19,9 @@ from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import ConfigError
 from streamplane.pipeline.generator import generate as generate_records
 from streamplane.pipeline.generator import produce
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 @click.group("pipeline")
@@ -111,18 +118,39 @@ def telemetry(
     try:
         query = job.start(available_now=available_now)
         where = master or "the spark-submit master"
-        progress(f"telemetry job running on {where}; tables in {config.warehouse}")
-        if duration is not None:
-            query.awaitTermination(duration)
-            query.stop()
-        else:
-            query.awaitTermination()
+        progress(f"telemetry job running on {where}; tables in {config.warehouse} (Ctrl-C stops)")
+        _run_until_stopped(query, duration)
         summary = store_summary(spark, config.warehouse)
         shown = [round(v, 1) if isinstance(v, float) else v for v in summary.values()]
         click.echo(table(list(summary), [shown]))
     finally:
         job.close()
         spark.stop()
+
+
+def _run_until_stopped(query: StreamingQuery, duration: float | None) -> None:
+    """Wait for ``query`` to end, for ``duration`` seconds or until Ctrl-C, whichever
+    comes first, then stop it. Ctrl-C is taken in hand while the query runs: PySpark's
+    own handler raised KeyboardInterrupt inside a Py4J call and left two screens of
+    tracebacks; a second Ctrl-C quits at once."""
+    interrupted = threading.Event()
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        interrupted.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        progress("stopping the telemetry job (Ctrl-C again quits at once)")
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        deadline = None if duration is None else time.monotonic() + duration
+        while not interrupted.is_set():
+            wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            # Seconds as a float work (milliseconds are sent); the stub says int.
+            if wait <= 0 or query.awaitTermination(wait):  # type: ignore[arg-type]
+                break
+        query.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _check_directory(path: Path | None, option: str) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 CLI = [sys.executable, "-m", "streamplane.cli"]
@@ -71,3 +75,45 @@ def test_an_unwritable_summary_fails_before_anything_is_sent(tmp_path: Path) -> 
     )  # fmt: skip
     assert proc.returncode == 1
     assert "cannot write the summary" in proc.stderr and "unreachable" not in proc.stderr
+
+
+class _Query:
+    """A streaming query that runs until stopped, with the two calls the CLI makes."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.waits: list[float] = []
+
+    def awaitTermination(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        time.sleep(timeout)
+        return self.stopped
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_ctrl_c_stops_the_telemetry_query_and_gives_back_the_handler() -> None:
+    """Ctrl-C while the job runs stops the query (the summary follows) instead of
+    raising inside a Py4J call; the handler from before is put back."""
+    from streamplane.cli.pipeline import _run_until_stopped
+
+    before = signal.getsignal(signal.SIGINT)
+    query = _Query()
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    _run_until_stopped(query, duration=None)  # type: ignore[arg-type]
+    timer.join()
+    assert query.stopped
+    assert 1 <= len(query.waits) <= 4
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_duration_stops_the_telemetry_query() -> None:
+    from streamplane.cli.pipeline import _run_until_stopped
+
+    query = _Query()
+    _run_until_stopped(query, duration=1.2)  # type: ignore[arg-type]
+    assert query.stopped
+    assert all(0 < wait <= 0.5 for wait in query.waits)  # short waits: Ctrl-C is seen
+    assert sum(query.waits) <= 1.2 + 1e-6
