@@ -723,8 +723,37 @@ class StreamConsumer:
     # ------------------------------------------------------------------ consuming
     def __iter__(self) -> Iterator[StreamMessage]:
         self.open()
+        changed = self._membership.changed if self._membership is not None else None
         while not self._closed:
-            yield from self.poll_batch(500, 1.0)
+            batch = self.poll_batch(500, 1.0)
+            if changed is None:
+                yield from batch
+                continue
+            # The assignment changed while the application worked through the batch (a
+            # slow handler makes that seconds): the records not yielded yet go back to
+            # their lanes and the next poll acts on the change at once, so a unit asked
+            # back is committed and released before its lease runs out, instead of
+            # moving with its handled records uncommitted (handled again by the next
+            # holder) and the rest of the batch handled here as well.
+            for i, msg in enumerate(batch):
+                if changed.is_set():
+                    self._hand_back(batch[i:])
+                    break
+                yield msg
+
+    def _hand_back(self, messages: list[StreamMessage]) -> None:
+        """Put records handed out and never seen by the application back at the front
+        of their lanes, in order, and run housekeeping at the next poll."""
+        with self._polling:
+            by_lane: dict[int, list[StreamMessage]] = {}
+            for msg in messages:
+                by_lane.setdefault(msg._run.state.priority, []).append(msg)
+            for priority, msgs in by_lane.items():
+                buf = self._buffers[priority]
+                buf.entries.appendleft(msgs)
+                buf.size += len(msgs)
+            self.stats["delivered"] -= len(messages)
+            self._until_housekeeping = 0
 
     def waiting_partitions(self) -> list[PartitionKey]:
         """Partitions this consumer should read and does not yet: where they start has

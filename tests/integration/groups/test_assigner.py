@@ -166,3 +166,64 @@ def test_control_plane_outage_keeps_data_flowing_then_resyncs(
     print(f"{sent} records, {duplicates} handled twice")
     # After the restart the Assigner rebuilt the group from the members' claims.
     wait_for(lambda: len(owners(client, group)) >= 0)
+
+
+def test_a_unit_moved_to_a_joining_member_is_not_handled_twice(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """A member iterating with a slow handler (10 ms a record: a 250-record poll is 2.5 s
+    of work, longer than a 1.5 s lease) gives half its units to a member that joins. Each unit
+    moves once the records handled so far are committed, and the rest of the poll is
+    not handled by the old holder: no record is handled twice (before: the unit moved
+    when its lease ran out, and records were handled by both)."""
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2, lanes=("realtime",))
+    total = 2000
+    with StreamProducer(stream, client) as producer:
+        for i in range(total):
+            producer.send(str(i).encode(), key=str(i).encode())
+            if i % 20 == 19:
+                producer.flush()  # small record batches...
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    handled: Counter[tuple[int, int]] = Counter()
+    by_member: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def member(name: str) -> None:
+        try:
+            # ... fetched a few at a time: every poll holds records of both partitions
+            small_fetches = {"max.partition.fetch.bytes": "512"}
+            with StreamConsumer(
+                stream, group, client, member_id=name, extra_config=small_fetches
+            ) as consumer:
+                for msg in consumer:
+                    time.sleep(0.01)
+                    with lock:
+                        handled[(msg.partition, msg.offset)] += 1
+                        by_member[name] += 1
+                    msg.ack()
+                    if stop.is_set():
+                        return
+        except BaseException as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=member, args=("first",))
+    first.start()
+    second = threading.Thread(target=member, args=("second",))
+    try:
+        wait_for(lambda: len(owners(client, group).get("first", ())) == 2)
+        wait_for(lambda: by_member["first"] >= 100)
+        second.start()
+        wait_for(lambda: len(handled) == total, timeout_s=90)
+    finally:
+        stop.set()
+        first.join(30)
+        if second.is_alive() or second.ident is not None:
+            second.join(30)
+    assert not errors, errors
+    twice = {k: n for k, n in handled.items() if n > 1}
+    print(f"handled by first {by_member['first']}, second {by_member['second']}")
+    assert by_member["second"] > 0
+    assert not twice, f"{len(twice)} records handled more than once"
