@@ -39,6 +39,17 @@ def control_plane() -> None:
     """The control plane: cluster registry, streams, routing and failover over HTTP."""
 
 
+# Settings fields as the options that set them, for one-line errors.
+_OPTION_OF = {
+    "db_url": "--db",
+    "api_token": "--token",
+    "lease_ttl_s": "--lease-ttl",
+    "failover.health_threshold": "--health-threshold",
+    "failover.health_interval": "--health-interval",
+    "failover.seal_grace": "--seal-grace",
+}
+
+
 @control_plane.command("serve")
 @click.option(
     "--db",
@@ -138,7 +149,7 @@ def serve(
     from streamplane.controlplane.app import ControlPlaneSettings, create_app
     from streamplane.controlplane.failover_runtime import FailoverSettings
     from streamplane.controlplane.service import ControlPlaneService
-    from streamplane.controlplane.store import Store
+    from streamplane.controlplane.store import Store, display_url
 
     if not token:
         token = read_token_file()
@@ -161,7 +172,8 @@ def serve(
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        field = ".".join(map(str, first["loc"]))
+        raise ConfigError(f"{_OPTION_OF.get(field, field)}: {first['msg']}") from None
     import uvicorn
 
     sock = _bind(host, port)
@@ -178,7 +190,7 @@ def serve(
             server = _server(config, app.state.hub)
             bound_host, bound_port = sock.getsockname()[:2]
             url = f"http://{_url_host(bound_host)}:{bound_port}"
-            click.echo(f"control plane on {url} (store {db_url})")
+            click.echo(f"control plane on {url} (store {display_url(db_url)})")
             server.run(sockets=[sock])
         finally:
             service.close()

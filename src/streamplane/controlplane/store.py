@@ -128,18 +128,34 @@ class AuditEntry:
     id: int | None = None
 
 
+def display_url(url: str) -> str:
+    """``url`` with its password masked, for messages and logs."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url if "@" not in url else "<the database URL>"
+
+
 def _engine(url: str) -> Engine:
+    shown = display_url(url)
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"invalid database URL {url!r}: {exc}") from exc
+        raise ConfigError(f"invalid database URL {shown!r}: {exc}") from exc
     is_sqlite = parsed.get_backend_name() == "sqlite"
-    if is_sqlite and parsed.database and parsed.database != ":memory:":
+    if is_sqlite and (parsed.database in (None, "", ":memory:") or "mode=memory" in url):
+        # Each connection of the pool would get an empty database of its own: the
+        # schema made at start-up would be gone for the requests.
+        raise ConfigError(
+            f"database URL {shown!r}: an in-memory SQLite database is not shared between "
+            "connections; give a file (sqlite:///path/to/control-plane.db)"
+        )
+    if is_sqlite and parsed.database:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     try:
         engine = sa.create_engine(parsed)
     except (sa.exc.NoSuchModuleError, ModuleNotFoundError) as exc:
-        raise ConfigError(f"database URL {url!r}: driver not installed ({exc})") from exc
+        raise ConfigError(f"database URL {shown!r}: driver not installed ({exc})") from exc
     if is_sqlite:
 
         @sa.event.listens_for(engine, "connect")
@@ -160,9 +176,10 @@ class Store:
         self.engine = _engine(url)
         try:
             migrate(self.engine)
-        except sa.exc.OperationalError as exc:
+        except sa.exc.DatabaseError as exc:  # unreachable, refused, not a database
             self.engine.dispose()
-            raise ConfigError(f"cannot open the database {url!r}: {exc.orig}") from exc
+            reason = " ".join(str(exc.orig).split())  # drivers' messages span lines
+            raise ConfigError(f"cannot open the database {display_url(url)!r}: {reason}") from exc
 
     def close(self) -> None:
         self.engine.dispose()

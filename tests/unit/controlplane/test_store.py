@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -14,7 +15,7 @@ from streamplane.controlplane.migrations import (
     current_version,
     migrate,
 )
-from streamplane.controlplane.store import AuditEntry, Store, StreamRecord
+from streamplane.controlplane.store import AuditEntry, Store, StreamRecord, display_url
 from streamplane.core.routing import SegmentState, move_lanes, new_routing_table, transition
 from streamplane.exceptions import ConfigError, Conflict, NotFound
 
@@ -84,6 +85,30 @@ def test_bad_urls_are_config_errors() -> None:
         Store("not a url")
     with pytest.raises(ConfigError, match="driver not installed"):
         Store("nosuchdb://x/y")
+
+
+def test_in_memory_sqlite_is_refused() -> None:
+    """Each pooled connection would see an empty database: every request was a 500."""
+    for url in ("sqlite://", "sqlite:///:memory:", "sqlite:///file:cp?mode=memory&uri=true"):
+        with pytest.raises(ConfigError, match="in-memory SQLite database is not shared"):
+            Store(url)
+
+
+def test_a_file_that_is_not_a_database_is_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("junk " * 100)
+    with pytest.raises(ConfigError, match=r"cannot open the database .*not a database") as err:
+        Store(f"sqlite:///{junk}")
+    assert "\n" not in str(err.value)
+
+
+def test_a_password_is_never_shown() -> None:
+    url = "postgresql+psycopg://user:s3cret@127.0.0.1:1/db?connect_timeout=2"
+    assert "s3cret" not in display_url(url) and "user:***@" in display_url(url)
+    with pytest.raises(ConfigError) as err:
+        Store(url)
+    assert "s3cret" not in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def _stream(name: str = "orders") -> StreamRecord:
