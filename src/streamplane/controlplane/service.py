@@ -338,8 +338,8 @@ class ControlPlaneService:
                     if errors:
                         raise KafkaError(
                             f"stream {name!r} not deleted: cluster {cluster_name}: {errors[0]} "
-                            "(retry, or delete it keeping the topics: `streams delete --keep-topics`, "
-                            "delete_topics=false in the API)",
+                            "(retry, or delete it keeping the topics: `streams delete "
+                            "--keep-topics`, delete_topics=false in the API)",
                             code=errors[0].code,
                             retriable=errors[0].retriable,
                         )
