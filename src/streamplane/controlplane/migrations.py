@@ -148,11 +148,23 @@ def _v4_broker_and_topic_tags(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v5_deleted_stream_epochs(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "deleted_stream_epochs",
+        md,
+        sa.Column("name", sa.String(63), primary_key=True),
+        sa.Column("epoch", sa.BigInteger, nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
     Migration(3, "producer heartbeats, drained reports, cluster health", _v3_failover_state),
     Migration(4, "broker and topic tags", _v4_broker_and_topic_tags),
+    Migration(5, "last epoch of deleted streams", _v5_deleted_stream_epochs),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

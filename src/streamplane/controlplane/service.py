@@ -276,7 +276,7 @@ class ControlPlaneService:
         self, spec: StreamSpec, actor: str = "api"
     ) -> tuple[StreamRecord, RoutingTable]:
         spec.validate()
-        table = new_routing_table(
+        new_routing_table(  # validates before the lock
             spec.name, spec.lanes, spec.cluster, spec.partitions, spec.dlq_partitions
         )
         with self._stream_lock(spec.name):
@@ -286,6 +286,14 @@ class ControlPlaneService:
                 pass
             else:
                 raise Conflict(f"stream {spec.name!r} already exists")
+            table = new_routing_table(
+                spec.name,
+                spec.lanes,
+                spec.cluster,
+                spec.partitions,
+                spec.dlq_partitions,
+                epoch=self.store.first_epoch(spec.name),
+            )
             cluster = self.store.get_cluster(spec.cluster)
             configs = topic_config(spec.config, spec.max_record_bytes)
             wanted = [

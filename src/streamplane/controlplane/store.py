@@ -73,6 +73,16 @@ segments = sa.Table(
     sa.Column("sealed_end_offsets", sa.JSON, nullable=False),
 )
 
+# The last epoch of each deleted stream: a stream made again under its name goes on
+# from there, so clients still watching the old one (after_epoch=N) follow it, and the
+# new topics (named by epoch) never meet topics kept from the old one.
+deleted_stream_epochs = sa.Table(
+    "deleted_stream_epochs",
+    _md,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("epoch", sa.BigInteger, nullable=False),
+)
+
 audit_log = sa.Table(
     "audit_log",
     _md,
@@ -348,11 +358,22 @@ class Store:
 
     def delete_stream(self, name: str, audit: AuditEntry) -> None:
         with self.engine.begin() as conn:
+            epoch = self._stream_row(conn, name).epoch
             conn.execute(segments.delete().where(segments.c.stream == name))
-            done = conn.execute(streams.delete().where(streams.c.name == name))
-            if done.rowcount == 0:
-                raise NotFound(f"unknown stream {name!r}")
+            conn.execute(streams.delete().where(streams.c.name == name))
+            gone = deleted_stream_epochs.c.name == name
+            conn.execute(deleted_stream_epochs.delete().where(gone))
+            conn.execute(deleted_stream_epochs.insert().values(name=name, epoch=epoch))
             _audit(conn, audit)
+
+    def first_epoch(self, name: str) -> int:
+        """The epoch a new stream called ``name`` starts at: 1, or one past the last
+        epoch of a deleted stream of that name."""
+        with self.engine.connect() as conn:
+            last = conn.execute(
+                sa.select(deleted_stream_epochs.c.epoch).where(deleted_stream_epochs.c.name == name)
+            ).scalar()
+        return 1 if last is None else int(last) + 1
 
     @staticmethod
     def _stream_row(conn: Connection, name: str) -> sa.Row[Any]:

@@ -155,10 +155,18 @@ class RoutingTable:
 
 
 def new_routing_table(
-    stream: str, lanes: Sequence[str], cluster: str, partitions: int, dlq_partitions: int = 1
+    stream: str,
+    lanes: Sequence[str],
+    cluster: str,
+    partitions: int,
+    dlq_partitions: int = 1,
+    epoch: int = 1,
 ) -> RoutingTable:
-    """The routing table of a new stream: epoch 1, one active segment per lane and dlq."""
+    """The routing table of a new stream: one active segment per lane and dlq, at
+    ``epoch`` (1, or past the epochs of a deleted stream of the same name)."""
     validate_stream_name(stream)
+    if epoch < 1:
+        raise ConfigError("epoch must be at least 1")
     validate_cluster_name(cluster)
     lanes_t = validate_lanes(lanes)
     if partitions < 1 or dlq_partitions < 1:
@@ -167,14 +175,14 @@ def new_routing_table(
         Segment(
             lane=lane,
             cluster=cluster,
-            topic=physical_topic(stream, lane, 1),
+            topic=physical_topic(stream, lane, epoch),
             partitions=dlq_partitions if lane == DLQ_LANE else partitions,
             state=SegmentState.ACTIVE,
-            epoch=1,
+            epoch=epoch,
         )
         for lane in (*lanes_t, DLQ_LANE)
     )
-    return RoutingTable(stream=stream, epoch=1, lanes=lanes_t, segments=segments)
+    return RoutingTable(stream=stream, epoch=epoch, lanes=lanes_t, segments=segments)
 
 
 def move_lanes(

@@ -291,6 +291,31 @@ def test_delete_stream_with_and_without_topics(http: TestClient, kafka: StubKafk
     assert http.delete("/v1/streams/two", headers=AUTH).status_code == 404
 
 
+def test_a_stream_made_again_goes_on_from_the_deleted_ones_epoch(
+    http: TestClient, kafka: StubKafka
+) -> None:
+    """A client still watching a deleted stream (after_epoch=N) follows the new one: its
+    epoch goes on from the old one's (it restarted at 1, below every watcher's N, and
+    producers kept writing to the deleted topics); the new topics never meet topics
+    kept from the old stream."""
+    create_stream(http, "one")
+    resp = http.post("/v1/streams/one/failover", json={"cluster": "local-b"}, headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    old_epoch = http.get("/v1/streams/one/routing").json()["epoch"]
+    assert old_epoch >= 2
+    resp = http.delete("/v1/streams/one", params={"delete_topics": "false"}, headers=AUTH)
+    assert resp.status_code == 204
+    create_stream(http, "one")
+    routing = http.get("/v1/streams/one/routing", params={"after_epoch": old_epoch - 1})
+    assert routing.json()["epoch"] == old_epoch + 1
+    assert f"sp.one.realtime.e{old_epoch + 1}" in kafka.on("local-a")
+    assert http.delete("/v1/streams/one", headers=AUTH).status_code == 204
+    create_stream(http, "one")
+    assert http.get("/v1/streams/one/routing").json()["epoch"] == old_epoch + 2
+    create_stream(http, "never-deleted")
+    assert http.get("/v1/streams/never-deleted/routing").json()["epoch"] == 1
+
+
 def test_delete_stream_removes_the_commitlog_side_topic(http: TestClient, kafka: StubKafka) -> None:
     """A consumer that spilled commit-log state made ``sp.<stream>.__commitlog``: it goes
     with the stream (a stream nobody spilled for has none, and that is no error)."""
