@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -67,6 +68,8 @@ Handler = Callable[["StreamMessage"], object]
 # the buffers are not empty (slow handlers still commit on time).
 _HOUSEKEEPING_EVERY = 1000
 _HOUSEKEEPING_INTERVAL_S = 0.05
+# The load reported to the Assigner is smoothed with this time constant (seconds).
+_LOAD_SMOOTHING_S = 5.0
 
 # Records taken from the Kafka client at a time (each becomes a tracked Python object
 # here, and a StreamMessage when handed out). Kept under CPython's young-generation
@@ -402,6 +405,8 @@ class StreamConsumer:
         self._membership: GroupMembership | None = None
         self._fenced_logged = False
         self._last_load = (time.monotonic(), 0)
+        self._cpu_smoothed: float | None = None
+        self._rate_smoothed: float | None = None
         self._cpu_meter = CpuMeter()
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
@@ -1268,20 +1273,32 @@ class StreamConsumer:
                 pool.submit(work, msg)
 
     def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
-        """CPU, records/s and per-unit throughput since the last heartbeat."""
+        """CPU, records/s and per-unit throughput, smoothed over ~_LOAD_SMOOTHING_S.
+
+        Over a heartbeat's 0.3 s alone they were noise (records are fetched and handed
+        out a batch at a time: a unit read 0, then a whole fetch's worth), and the
+        Assigner's load-driven passes moved units back and forth on it."""
         assert self._membership is not None
         now = time.monotonic()
         since, delivered_before = self._last_load
         elapsed = max(1e-3, now - since)
         delivered = self.stats["delivered"]
         self._last_load = (now, delivered)
+        keep = math.exp(-elapsed / _LOAD_SMOOTHING_S)
+
+        def smooth(before: float | None, now_: float) -> float:
+            return now_ if before is None else before * keep + now_ * (1.0 - keep)
+
         units = []
         for state in list(self._states.values()):
             fetched = state.fetched - state.fetched_at_report
             state.fetched_at_report = state.fetched
-            units.append({**unit_json(state.key), "throughput": fetched / elapsed})
-        cpu = self._cpu_meter()
-        return cpu, (delivered - delivered_before) / elapsed, units
+            state.throughput = smooth(state.throughput, fetched / elapsed)
+            units.append({**unit_json(state.key), "throughput": state.throughput})
+        self._cpu_smoothed = smooth(self._cpu_smoothed, self._cpu_meter())
+        rate = (delivered - delivered_before) / elapsed
+        self._rate_smoothed = smooth(self._rate_smoothed, rate)
+        return self._cpu_smoothed, self._rate_smoothed, units
 
     # ------------------------------------------------------------------ introspection
     @property

@@ -77,6 +77,7 @@ class PartitionState:
         "retry_acks",
         "revoked",
         "settled",
+        "throughput",
         "times",
     )
 
@@ -116,6 +117,7 @@ class PartitionState:
         self.dirty = False
         self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
         self.fetched_at_report = 0
+        self.throughput: float | None = None  # records/s, smoothed (the Assigner's weight)
         self.paused = False
         self.revoked = False  # this member gave the partition up (its retries are dropped)
         self.restored_skips = 0

@@ -62,7 +62,12 @@ acting on every heartbeat would make units flap).
   reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
   and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
   range); otherwise ``reference speed * max(min_capacity, 1 - c)``, the reference being
-  the median speed of the members that report both (1 when none do). So a member at 90%
+  the median speed of the members that report both (1 when none do). When no member
+  uses ``min_measured_cpu`` (10%) or more, no speed is estimated (all take the
+  reference): there ``R / c`` says little (baseline CPU and handlers waiting on I/O
+  dominate: members at 2-3% CPU each came out with a capacity in proportion to their
+  current load, so a member holding 90% of it kept it), and lightly loaded members are
+  taken as alike. So a member at 90%
   CPU gets fewer units than members at 20%; and, unlike a rule on headroom alone, moving
   load does not change the estimate (CPU falls with the load that leaves), so the
   assignment does not swing back and forth. (CPU that does not scale with load, a
@@ -210,6 +215,11 @@ class AssignerConfig:
     imbalance_tolerance: float = 0.10
     # Floor of a member's CPU headroom (and of the CPU used to estimate its speed).
     min_capacity: float = 0.05
+    # Speeds (records/s per CPU) are estimated only when some member uses at least this
+    # much CPU: when every member is below it, CPU that does not scale with load (a
+    # process's baseline, handlers waiting on I/O) dominates, each member's estimate
+    # comes out as its current share and no skew would ever be corrected.
+    min_measured_cpu: float = 0.1
     # Load-driven balancing runs at most this often (structural changes act at once);
     # math.inf turns it off.
     rebalance_interval_s: float = 10.0
@@ -224,6 +234,10 @@ class AssignerConfig:
             )
         if not 0.0 < _finite(self.min_capacity, "min_capacity") <= 1.0:
             raise ConfigError(f"min_capacity must be within (0, 1], got {self.min_capacity}")
+        if not 0.0 <= _finite(self.min_measured_cpu, "min_measured_cpu") <= 1.0:
+            raise ConfigError(
+                f"min_measured_cpu must be within [0, 1], got {self.min_measured_cpu}"
+            )
         if math.isnan(self.rebalance_interval_s) or self.rebalance_interval_s <= 0:
             raise ConfigError(f"rebalance_interval_s must be > 0, got {self.rebalance_interval_s}")
 
@@ -814,11 +828,14 @@ class _Planner:
 
     def _capacities(self, draft: _Draft) -> list[float]:
         floor = draft.config.min_capacity
+        measured_cpu = draft.config.min_measured_cpu
         speeds: dict[str, float] = {}
         for member_id in self.ids:
             load = draft.members[member_id].load
             if load.records_per_s > 0 and load.cpu > 0:
                 speeds[member_id] = load.records_per_s / max(load.cpu, floor)
+        if all(draft.members[m].load.cpu < measured_cpu for m in self.ids):
+            speeds = {}  # no signal: lightly loaded members are taken as alike
         reference = median(speeds[m] for m in self.ids if m in speeds) if speeds else 1.0
         capacity = []
         for member_id in self.ids:

@@ -40,6 +40,7 @@ from streamplane.core.assignment import (
     invariant_violations,
     leave,
     rebalance,
+    restore,
     set_work_units,
 )
 from streamplane.exceptions import ConfigError
@@ -241,6 +242,37 @@ def test_speed_from_records_per_s_is_stable() -> None:
     before = dict(state.owners)
     state = rebalance(state)
     assert dict(state.owners) == before and state.pending == {}
+
+
+def test_lightly_loaded_members_are_balanced_by_weight() -> None:
+    """Two members at 2-3% CPU (handlers waiting on I/O), one holding every busy unit
+    (as a run on the real fleet left them): their own records/s per CPU made each one's
+    capacity its current load, and the skew stayed; below min_measured_cpu they are
+    taken as alike and the weight is shared."""
+    config = AssignerConfig(rebalance_interval_s=1.0)
+    busy, light = units(6, topic="sp.s.bulk.e1"), units(6, topic="sp.s.realtime.e1")
+
+    def weight(u: WorkUnit) -> float:
+        return 45.0 if u in busy else 5.0
+
+    def reported(state: GroupState, member: str, cpu: float) -> MemberLoad:
+        mine = {u: weight(u) for u in state.members[member].units}
+        return load(cpu, throughput=mine, records_per_s=sum(mine.values()))
+
+    cpus = {"a": 0.03, "b": 0.02}
+    claims = {"a": (load(0.03), busy), "b": (load(0.02), light)}
+    state = restore(config, [*busy, *light], claims, now=0.0)
+    assert {m: set(s.units) for m, s in state.members.items()} == {
+        "a": set(busy),
+        "b": set(light),
+    }
+    now = 0.0
+    for _ in range(3):  # passes, each with the loads the last one left
+        loads = {m: reported(state, m, cpu) for m, cpu in cpus.items()}
+        state, now = settle(state, now + 1.5, loads)
+    carried = {m: sum(map(weight, s.units)) for m, s in state.members.items()}
+    assert carried["a"] == pytest.approx(150.0, rel=0.2), carried
+    assert carried["b"] == pytest.approx(150.0, rel=0.2), carried
 
 
 def test_weights_come_from_measured_throughput() -> None:
