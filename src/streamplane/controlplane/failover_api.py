@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamplane.controlplane.failover_runtime import FailoverRuntime
 from streamplane.controlplane.schemas import (
+    NOT_A_BOOLEAN,
     STREAM_NAME_PATTERN,
     ClusterName,
     ErrorResponse,
@@ -57,7 +58,9 @@ class _In(BaseModel):
 
 
 class HeartbeatIn(_In):
-    epoch: Annotated[int, Field(ge=0, le=2**53, description="The epoch it writes with.")]
+    epoch: Annotated[
+        int, Field(ge=0, le=2**53, description="The epoch it writes with."), NOT_A_BOOLEAN
+    ]
 
 
 class HeartbeatOut(BaseModel):

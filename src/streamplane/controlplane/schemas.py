@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from streamplane.controlplane.failover_store import HealthRecord
 from streamplane.controlplane.service import (
@@ -60,7 +60,20 @@ Tags = Annotated[
         }
     ),
 ]
-Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)]
+
+
+def _not_a_boolean(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not an integer")
+    return value
+
+
+# Follows the constraints of an integer of a request body (``Annotated[int, Field(...),
+# NOT_A_BOOLEAN]``; first, it hid them from the OpenAPI schema): JSON true was taken as
+# 1, a stream of one partition. (Not pydantic's strict mode: JSON Schema counts 6.0 as
+# an integer.)
+NOT_A_BOOLEAN = BeforeValidator(_not_a_boolean)
+Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS), NOT_A_BOOLEAN]
 
 
 class _In(BaseModel):
@@ -166,14 +179,14 @@ class StreamIn(_In):
     )
     partitions: Partitions = 6
     dlq_partitions: Partitions = 1
-    replication_factor: Annotated[int, Field(ge=1, le=MAX_REPLICATION_FACTOR)] = 1
+    replication_factor: Annotated[int, Field(ge=1, le=MAX_REPLICATION_FACTOR), NOT_A_BOOLEAN] = 1
     config: Annotated[dict[str, TopicConfigValue], Field(max_length=64)] = Field(
         default_factory=dict,
         description="Topic configs for every topic of the stream (Kafka's dotted keys). "
         "message.timestamp.type is always LogAppendTime; max.message.bytes comes from "
         "max_record_bytes.",
     )
-    max_record_bytes: Annotated[int, Field(ge=1, le=MAX_RECORD_BYTES)] = 1_048_576
+    max_record_bytes: Annotated[int, Field(ge=1, le=MAX_RECORD_BYTES), NOT_A_BOOLEAN] = 1_048_576
 
     def spec(self) -> StreamSpec:
         return StreamSpec(
@@ -251,7 +264,7 @@ class SegmentTransitionIn(_In):
     topic: Annotated[str, Field(min_length=1, max_length=249)]
     state: SegmentState
     sealed_end_offsets: Annotated[
-        dict[str, Annotated[int, Field(ge=0)]], Field(max_length=10_000)
+        dict[str, Annotated[int, Field(ge=0), NOT_A_BOOLEAN]], Field(max_length=10_000)
     ] = Field(default_factory=dict, description="Per partition, the end offset (when sealing).")
 
 

@@ -203,6 +203,7 @@ def test_create_stream_defaults(http: TestClient) -> None:
         ({"lanes": []}, 422, "lanes: List should have at least 1 item"),
         ({"partitions": 0}, 422, "partitions: Input should be greater than or equal to 1"),
         ({"max_record_bytes": "big"}, 422, "max_record_bytes: Input should be a valid integer"),
+        ({"partitions": True}, 422, "partitions: Value error, a boolean is not an integer"),
         ({"config": {"max.message.bytes": "5"}}, 400, "set max_record_bytes instead"),
         ({"config": {"message.timestamp.type": "CreateTime"}}, 400, "LogAppendTime"),
         ({"config": {"Bad Key": "1"}}, 400, "invalid topic config key"),
