@@ -134,7 +134,7 @@ def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[s
         try:
             out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS))
         except Conflict:
-            tags = {**cp.get_cluster(name)["tags"], **LOCAL_TAGS}
+            tags = {**LOCAL_TAGS, **cp.get_cluster(name)["tags"]}  # the user's win
             out.append(cp.update_cluster(name, bootstrap, tags))
     return out
 

@@ -199,13 +199,14 @@ def serve(
 
 
 def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str]:
-    """Register (or refresh the bootstrap of) every local-fleet cluster; env=local."""
+    """Register (env=local) or refresh the bootstrap of every local-fleet cluster (its
+    tags are kept)."""
     names = []
     for name, bootstrap in local_fleet_clusters(data_dir):
         try:
             service.register_cluster(name, bootstrap, LOCAL_TAGS, actor="import-local")
         except Conflict:
-            tags = {**service.get_cluster(name).tags, **LOCAL_TAGS}
+            tags = {**LOCAL_TAGS, **service.get_cluster(name).tags}  # the user's win
             service.update_cluster(name, bootstrap, tags, actor="import-local")
         names.append(name)
     return names

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamplane.exceptions import ConfigError, KafkaError, LocalFleetError
 from streamplane.local.distribution import KafkaDistribution, require_java
@@ -114,6 +114,11 @@ class FleetDescriptor(BaseModel):
             raise ConfigError(f"no local fleet at {path}: run `streamplane local up` first")
         try:
             return cls.model_validate_json(path.read_text())
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            reason = f"{where}: {first['msg']}" if where else first["msg"]
+            raise ConfigError(f"{path} is not a fleet descriptor ({reason})") from None
         except ValueError as exc:
             raise ConfigError(f"{path} is not a fleet descriptor: {exc}") from exc
 
