@@ -289,7 +289,8 @@ def create_app(
         tags=["clusters"],
     )
     def update_cluster(name: ClusterPath, body: ClusterPatch, actor: Actor) -> ClusterOut:
-        return ClusterOut.of(svc.update_cluster(name, body.bootstrap, body.tags, actor))
+        updated = svc.update_cluster(name, body.bootstrap, body.tags, actor)
+        return ClusterOut.of(updated, failover_rt.health_records().get(name))
 
     @app.delete(
         "/v1/clusters/{name}",
