@@ -89,6 +89,11 @@ def add(
 @click.option("--bootstrap", default=None, help="New bootstrap servers.")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Add or change a tag.")
 @click.option("--remove-tag", "remove", multiple=True, metavar="KEY", help="Remove a tag.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Change the bootstrap even if it does not answer or is another Kafka cluster.",
+)
 @json_option
 @connection_options
 def update(
@@ -96,11 +101,13 @@ def update(
     bootstrap: str | None,
     tags: tuple[str, ...],
     remove: tuple[str, ...],
+    force: bool,
     as_json: bool,
     url: str,
     token: str | None,
 ) -> None:
-    """Change a cluster's bootstrap servers and/or tags."""
+    """Change a cluster's bootstrap servers and/or tags. A new bootstrap must answer
+    and be the same Kafka cluster (its cluster id) unless --force."""
     changes = parse_key_values(tags, "--tag")
     if bootstrap is None and not changes and not remove:
         raise click.UsageError("nothing to change: give --bootstrap, --tag or --remove-tag")
@@ -110,7 +117,7 @@ def update(
             current = dict(cp.get_cluster(name)["tags"])
             current.update(changes)
             new_tags = {k: v for k, v in current.items() if k not in remove}
-        doc = cp.update_cluster(name, bootstrap, new_tags)
+        doc = cp.update_cluster(name, bootstrap, new_tags, force=force)
     if as_json:
         echo_json(doc)
     else:
@@ -135,7 +142,9 @@ def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[s
             out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS))
         except Conflict:
             tags = {**LOCAL_TAGS, **cp.get_cluster(name)["tags"]}  # the user's win
-            out.append(cp.update_cluster(name, bootstrap, tags))
+            # The descriptor is the truth about local clusters: a new `local up` is a
+            # new Kafka cluster (new id) at new ports.
+            out.append(cp.update_cluster(name, bootstrap, tags, force=True))
     return out
 
 

@@ -207,7 +207,8 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
             service.register_cluster(name, bootstrap, LOCAL_TAGS, actor="import-local")
         except Conflict:
             tags = {**LOCAL_TAGS, **service.get_cluster(name).tags}  # the user's win
-            service.update_cluster(name, bootstrap, tags, actor="import-local")
+            # forced: a new `local up` is a new Kafka cluster (new id) at new ports
+            service.update_cluster(name, bootstrap, tags, actor="import-local", force=True)
         names.append(name)
     return names
 

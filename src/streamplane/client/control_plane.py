@@ -89,15 +89,23 @@ class ControlPlaneClient:
         return self._json("POST", "/v1/clusters", json=body)  # type: ignore[no-any-return]
 
     def update_cluster(
-        self, name: str, bootstrap: str | None = None, tags: Mapping[str, str] | None = None
+        self,
+        name: str,
+        bootstrap: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        force: bool = False,
     ) -> dict[str, Any]:
-        """Change the bootstrap and/or replace the tags (``None`` leaves them as they are)."""
+        """Change the bootstrap and/or replace the tags (``None`` leaves them as they are).
+        A new bootstrap must answer and be the same Kafka cluster, unless ``force``."""
         body: dict[str, Any] = {}
         if bootstrap is not None:
             body["bootstrap"] = bootstrap
         if tags is not None:
             body["tags"] = dict(tags)
-        return self._json("PATCH", f"/v1/clusters/{_seg(name)}", json=body)  # type: ignore[no-any-return]
+        params = {"force": "true"} if force else None
+        return self._json(  # type: ignore[no-any-return]
+            "PATCH", f"/v1/clusters/{_seg(name)}", json=body, params=params
+        )
 
     def delete_cluster(self, name: str) -> None:
         self._json("DELETE", f"/v1/clusters/{_seg(name)}")

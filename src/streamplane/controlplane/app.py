@@ -288,8 +288,19 @@ def create_app(
         responses=_errors(400, 404, *_MUTATION),
         tags=["clusters"],
     )
-    def update_cluster(name: ClusterPath, body: ClusterPatch, actor: Actor) -> ClusterOut:
-        updated = svc.update_cluster(name, body.bootstrap, body.tags, actor)
+    def update_cluster(
+        name: ClusterPath,
+        body: ClusterPatch,
+        actor: Actor,
+        force: Annotated[
+            bool,
+            Query(
+                description="Change the bootstrap even if it does not answer or is "
+                "another Kafka cluster than the registered one."
+            ),
+        ] = False,
+    ) -> ClusterOut:
+        updated = svc.update_cluster(name, body.bootstrap, body.tags, actor, force=force)
         return ClusterOut.of(updated, failover_rt.health_records().get(name))
 
     @app.delete(

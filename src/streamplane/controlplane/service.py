@@ -92,6 +92,8 @@ class TopicAdmin(Protocol):
         self, names: Iterable[str], timeout: float = ...
     ) -> dict[str, KafkaError | None]: ...
 
+    def cluster_id(self, timeout: float = ...) -> str: ...
+
 
 AdminFactory = Callable[[str], TopicAdmin]
 ChangeListener = Callable[[str, int | None], None]  # (stream, new epoch or None if deleted)
@@ -238,10 +240,19 @@ class ControlPlaneService:
         bootstrap: str | None = None,
         tags: Mapping[str, str] | None = None,
         actor: str = "api",
+        force: bool = False,
     ) -> ClusterRecord:
+        """Change a cluster's bootstrap and/or replace its tags. A new bootstrap must
+        answer and, if the registered one still answers, be the same Kafka cluster (its
+        cluster id), unless ``force``: a typo made the cluster look down, and the
+        health checks failed every stream over away from it within seconds."""
         validate_cluster_name(name)
         bootstrap = None if bootstrap is None else validate_bootstrap(bootstrap)
         tags = None if tags is None else validate_tags(tags)
+        if bootstrap is not None and not force:
+            current = self.store.get_cluster(name).bootstrap
+            if bootstrap != current:
+                self._check_same_cluster(name, current, bootstrap)
         detail: dict[str, Any] = {"cluster": name}
         if bootstrap is not None:
             detail["bootstrap"] = bootstrap
@@ -251,6 +262,31 @@ class ControlPlaneService:
             name, AuditEntry(actor, "cluster.update", None, detail), bootstrap, tags
         )
         return record
+
+    def _check_same_cluster(self, name: str, current: str, bootstrap: str) -> None:
+        timeout = min(5.0, self._kafka_timeout)
+        try:
+            new_id = self._probe_admin(bootstrap).cluster_id(timeout)
+        except KafkaError as exc:
+            raise ConfigError(
+                f"cluster {name!r}: {bootstrap} does not answer ({exc}); not changed "
+                "(force it to change it anyway)"
+            ) from None
+        try:
+            old_id: str | None = self._admin(current).cluster_id(timeout)
+        except KafkaError:
+            old_id = None  # moved away, or down: the new address is all there is
+        if old_id is not None and old_id != new_id:
+            raise ConfigError(
+                f"cluster {name!r}: {bootstrap} is another Kafka cluster (id {new_id}; "
+                f"{current} is {old_id}); not changed (force it to change it anyway)"
+            )
+
+    def _probe_admin(self, bootstrap: str) -> TopicAdmin:
+        """The admin of a bootstrap that may be a typo: cached only if it is already."""
+        with self._guard:
+            known = self._admins.get(bootstrap)
+        return known if known is not None else self._admin_factory(bootstrap)
 
     def delete_cluster(self, name: str, actor: str = "api") -> None:
         validate_cluster_name(name)

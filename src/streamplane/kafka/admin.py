@@ -112,6 +112,10 @@ class KafkaAdmin:
         controller = desc.controller.id if desc.controller is not None else -1
         return ClusterMeta(desc.cluster_id, controller, brokers, {})
 
+    def cluster_id(self, timeout: float = 5.0) -> str:
+        """The Kafka cluster's id (raises KafkaError if it does not answer)."""
+        return self.describe_cluster(timeout).cluster_id or ""
+
     def create_topics(
         self,
         topics: Iterable[tuple[str, int, int, Mapping[str, str]]],

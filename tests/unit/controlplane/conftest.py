@@ -32,6 +32,10 @@ class StubKafka:
     topics: dict[str, dict[str, tuple[int, int, dict[str, str]]]] = field(default_factory=dict)
     fail_create: dict[str, KafkaError] = field(default_factory=dict)
     fail_delete: dict[str, KafkaError] = field(default_factory=dict)
+    # Bootstraps that answer, with their cluster id (the others do not answer).
+    cluster_ids: dict[str, str] = field(
+        default_factory=lambda: {b: f"id-{name}" for name, b in BOOTSTRAPS.items()}
+    )
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin(self, bootstrap: str) -> StubAdmin:
@@ -61,6 +65,11 @@ class StubAdmin:
                     existing[name] = (partitions, replication, dict(config))
                     out[name] = None
         return out
+
+    def cluster_id(self, timeout: float = 5.0) -> str:
+        if self.bootstrap not in self.kafka.cluster_ids:
+            raise KafkaError(f"{self.bootstrap}: no broker answered", code="_TRANSPORT")
+        return self.kafka.cluster_ids[self.bootstrap]
 
     def delete_topics(
         self, names: Iterable[str], timeout: float = 30.0

@@ -110,13 +110,41 @@ def test_cluster_registry_and_tag_filter(http: TestClient) -> None:
     assert bad.status_code == 400
     assert "key:value" in bad.json()["detail"]
 
-    patched = http.patch("/v1/clusters/eu-2", json={"bootstrap": "k4:9093"}, headers=AUTH).json()
+    patch = {"bootstrap": "k4:9093"}
+    refused = http.patch("/v1/clusters/eu-2", json=patch, headers=AUTH)
+    assert refused.status_code == 400
+    assert "k4:9093 does not answer" in refused.json()["detail"]
+    forced = http.patch("/v1/clusters/eu-2", json=patch, params={"force": "true"}, headers=AUTH)
+    patched = forced.json()
     assert patched["bootstrap"] == "k4:9093"
     assert patched["tags"] == {"env": "prod", "zone": "b"}  # untouched
     patched = http.patch("/v1/clusters/eu-2", json={"tags": {"tier": "x"}}, headers=AUTH).json()
     assert patched["tags"] == {"tier": "x"}  # replaced
     assert http.delete("/v1/clusters/eu-2", headers=AUTH).status_code == 204
     assert http.get("/v1/clusters/eu-2").status_code == 404
+
+
+def test_a_new_bootstrap_must_be_the_same_cluster(http: TestClient, kafka: StubKafka) -> None:
+    """A typo made the cluster look down and the health checks failed its streams
+    over; another cluster's address would have sent them elsewhere."""
+    kafka.cluster_ids["127.0.0.1:29092"] = "id-local-a"  # local-a, at a second address
+    moved = http.patch("/v1/clusters/local-a", json={"bootstrap": "127.0.0.1:29092"}, headers=AUTH)
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["bootstrap"] == "127.0.0.1:29092"
+    elsewhere = http.patch(
+        "/v1/clusters/local-a", json={"bootstrap": BOOTSTRAPS["local-b"]}, headers=AUTH
+    )
+    assert elsewhere.status_code == 400
+    detail = elsewhere.json()["detail"]
+    assert "is another Kafka cluster (id id-local-b; 127.0.0.1:29092 is id-local-a)" in detail
+    typo = http.patch("/v1/clusters/local-a", json={"bootstrap": "127.0.0.1:2909"}, headers=AUTH)
+    assert typo.status_code == 400 and "does not answer" in typo.json()["detail"]
+    assert http.get("/v1/clusters/local-a").json()["bootstrap"] == "127.0.0.1:29092"
+    # Its old address down: the new one that answers is taken.
+    del kafka.cluster_ids["127.0.0.1:29092"]
+    kafka.cluster_ids["127.0.0.1:39092"] = "id-local-a"
+    back = http.patch("/v1/clusters/local-a", json={"bootstrap": "127.0.0.1:39092"}, headers=AUTH)
+    assert back.status_code == 200, back.text
 
 
 def test_cluster_conflicts_and_unknowns(http: TestClient) -> None:
