@@ -189,7 +189,7 @@ def parse_tag_filter(items: Iterable[str]) -> dict[str, str]:
         if not sep or not key:
             raise ConfigError(f"invalid tag filter {item!r}: expected key:value")
         out[key] = value
-    return out
+    return validate_tags(out)  # a key no tag can have matched nothing, silently
 
 
 class ControlPlaneService:

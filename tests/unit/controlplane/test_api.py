@@ -109,6 +109,9 @@ def test_cluster_registry_and_tag_filter(http: TestClient) -> None:
     bad = http.get("/v1/clusters", params={"tag": "nocolon"})
     assert bad.status_code == 400
     assert "key:value" in bad.json()["detail"]
+    bad = http.get("/v1/clusters", params={"tag": "env=prod:x"})  # was: [] (no such key)
+    assert bad.status_code == 400
+    assert "invalid tag key 'env=prod'" in bad.json()["detail"]
 
     patch = {"bootstrap": "k4:9093"}
     refused = http.patch("/v1/clusters/eu-2", json=patch, headers=AUTH)
