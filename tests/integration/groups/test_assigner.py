@@ -188,40 +188,41 @@ def test_a_unit_moved_to_a_joining_member_is_not_handled_twice(
     handled: Counter[tuple[int, int]] = Counter()
     by_member: Counter[str] = Counter()
     lock = threading.Lock()
-    stop = threading.Event()
     errors: list[BaseException] = []
+    # ... fetched a few at a time: every poll holds records of both partitions
+    small_fetches = {"max.partition.fetch.bytes": "512"}
+    consumers = {
+        name: StreamConsumer(stream, group, client, member_id=name, extra_config=small_fetches)
+        for name in ("first", "second")
+    }
 
     def member(name: str) -> None:
         try:
-            # ... fetched a few at a time: every poll holds records of both partitions
-            small_fetches = {"max.partition.fetch.bytes": "512"}
-            with StreamConsumer(
-                stream, group, client, member_id=name, extra_config=small_fetches
-            ) as consumer:
-                for msg in consumer:
-                    time.sleep(0.01)
-                    with lock:
-                        handled[(msg.partition, msg.offset)] += 1
-                        by_member[name] += 1
-                    msg.ack()
-                    if stop.is_set():
-                        return
+            for msg in consumers[name]:  # ends when the consumer is closed
+                time.sleep(0.01)
+                with lock:
+                    handled[(msg.partition, msg.offset)] += 1
+                    by_member[name] += 1
+                msg.ack()
         except BaseException as exc:
             errors.append(exc)
 
-    first = threading.Thread(target=member, args=("first",))
-    first.start()
-    second = threading.Thread(target=member, args=("second",))
+    threads = {
+        name: threading.Thread(target=member, args=(name,), daemon=True) for name in consumers
+    }
+    threads["first"].start()
     try:
         wait_for(lambda: len(owners(client, group).get("first", ())) == 2)
         wait_for(lambda: by_member["first"] >= 100)
-        second.start()
+        threads["second"].start()
         wait_for(lambda: len(handled) == total, timeout_s=90)
     finally:
-        stop.set()
-        first.join(30)
-        if second.is_alive() or second.ident is not None:
-            second.join(30)
+        for consumer in consumers.values():
+            consumer.close()  # from this thread: the iteration returns
+        for thread in threads.values():
+            if thread.ident is not None:
+                thread.join(30)
+    assert not any(t.is_alive() for t in threads.values())
     assert not errors, errors
     twice = {k: n for k, n in handled.items() if n > 1}
     print(f"handled by first {by_member['first']}, second {by_member['second']}")
