@@ -1082,14 +1082,18 @@ class StreamConsumer:
         once its dead letter is acked (``_settle_dead_letters``). A read-only consumer
         writes nothing: it settles them at once (in memory; it commits nothing)."""
         if self._dlq is None:
-            by_partition: dict[PartitionState, list[int]] = {}
-            for msg, _reason, _attempts in letters:
-                by_partition.setdefault(msg._run.state, []).append(msg.offset)
-            for state, offsets in by_partition.items():
-                state.settle(offsets, rejected=True)
-            self.stats["rejected"] += len(letters)
+            self._settle_rejected([msg for msg, _reason, _attempts in letters])
             return
         self._dlq.add(letters)
+
+    def _settle_rejected(self, messages: list[StreamMessage]) -> None:
+        """Settle rejected records, each partition's in one call (hold the lock)."""
+        by_partition: dict[PartitionState, list[int]] = {}
+        for msg in messages:
+            by_partition.setdefault(msg._run.state, []).append(msg.offset)
+        for state, offsets in by_partition.items():
+            state.settle(offsets, rejected=True)
+        self.stats["rejected"] += len(messages)
 
     def _dead_letter_write(self, msg: StreamMessage, reason: str, attempts: int) -> Write:
         """What is written to the dlq lane for ``msg``: its value and key, its own
@@ -1115,12 +1119,7 @@ class StreamConsumer:
         now = time.monotonic()
         written, failed = self._dlq.advance(now, send_now=send_now)
         if written:
-            by_partition: dict[PartitionState, list[int]] = {}
-            for msg in written:
-                by_partition.setdefault(msg._run.state, []).append(msg.offset)
-            for state, offsets in by_partition.items():
-                state.settle(offsets, rejected=True)
-            self.stats["rejected"] += len(written)
+            self._settle_rejected(written)
             self.stats["dlq"] += len(written)
         for msg in failed:
             if not msg._run.state.revoked:  # parked until its dead letter is acked
