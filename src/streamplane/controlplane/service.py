@@ -41,6 +41,7 @@ from streamplane.core.routing import (
     transition,
     validate_cluster_name,
     validate_lane_name,
+    validate_lanes,
     validate_stream_name,
 )
 from streamplane.exceptions import ConfigError, Conflict, KafkaError, NotFound
@@ -115,7 +116,7 @@ class StreamSpec:
     def validate(self) -> None:
         validate_stream_name(self.name)
         validate_cluster_name(self.cluster)
-        check_lanes(self.lanes)
+        validate_lanes(self.lanes)
         for what, value, high in (
             ("partitions", self.partitions, MAX_PARTITIONS),
             ("dlq_partitions", self.dlq_partitions, MAX_PARTITIONS),
@@ -312,9 +313,6 @@ class ControlPlaneService:
         self, spec: StreamSpec, actor: str = "api"
     ) -> tuple[StreamRecord, RoutingTable]:
         spec.validate()
-        new_routing_table(  # validates before the lock
-            spec.name, spec.lanes, spec.cluster, spec.partitions, spec.dlq_partitions
-        )
         with self._stream_lock(spec.name):
             try:
                 self.store.get_stream(spec.name)
