@@ -828,14 +828,13 @@ class _Planner:
 
     def _capacities(self, draft: _Draft) -> list[float]:
         floor = draft.config.min_capacity
-        measured_cpu = draft.config.min_measured_cpu
+        loads = [draft.members[m].load for m in self.ids]
         speeds: dict[str, float] = {}
-        for member_id in self.ids:
-            load = draft.members[member_id].load
-            if load.records_per_s > 0 and load.cpu > 0:
-                speeds[member_id] = load.records_per_s / max(load.cpu, floor)
-        if all(draft.members[m].load.cpu < measured_cpu for m in self.ids):
-            speeds = {}  # no signal: lightly loaded members are taken as alike
+        # No member at min_measured_cpu: no signal, lightly loaded members are alike.
+        if any(load.cpu >= draft.config.min_measured_cpu for load in loads):
+            for member_id, load in zip(self.ids, loads, strict=True):
+                if load.records_per_s > 0 and load.cpu > 0:
+                    speeds[member_id] = load.records_per_s / max(load.cpu, floor)
         reference = median(speeds[m] for m in self.ids if m in speeds) if speeds else 1.0
         capacity = []
         for member_id in self.ids:
