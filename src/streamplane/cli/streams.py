@@ -96,9 +96,9 @@ def create(
             config=parse_key_values(configs, "--config"),
             max_record_bytes=max_record_bytes,
         )
-    if as_json:
-        echo_json(routing_to_json(routing))
-        return
+        if as_json:  # the same document as `streams describe --json`
+            echo_json(cp.describe_stream(name))
+            return
     click.echo(f"created stream {name} on {cluster} (epoch {routing.epoch})")
     click.echo(segments_table(routing))
 

@@ -378,6 +378,7 @@ def create_app(
             Query(
                 ge=0,
                 le=settings.watch_timeout_max,
+                allow_inf_nan=False,
                 description=f"Seconds to wait (default {settings.watch_timeout_default:g}).",
             ),
         ] = None,

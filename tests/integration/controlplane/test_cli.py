@@ -75,6 +75,16 @@ def test_streams_round_trip(control_plane: ControlPlaneProcess) -> None:
     assert f"created stream {name} on local-a (epoch 1)" in out
     assert f"sp.{name}.dlq.e1" in out
 
+    other = f"{name}-j"
+    created = json.loads(
+        ok(run_cli(control_plane, "streams", "create", other, "--cluster", "local-a", "--json"))
+    )
+    assert created == json.loads(
+        ok(run_cli(control_plane, "streams", "describe", other, "--json"))
+    )
+    assert created["partitions"] == 6 and created["routing"]["epoch"] == 1
+    ok(run_cli(control_plane, "streams", "delete", other))
+
     listed = json.loads(ok(run_cli(control_plane, "streams", "list", "--json")))
     mine = next(s for s in listed if s["name"] == name)
     assert (mine["epoch"], mine["active_clusters"]) == (1, ["local-a"])

@@ -150,6 +150,10 @@ def test_watch_parameters_are_validated(app: FastAPI) -> None:
             resp = await client.get(ROUTING, params=params)
             assert resp.status_code == 422, params
             assert isinstance(resp.json()["detail"], str)
+        for not_finite in ("nan", "inf"):
+            resp = await client.get(ROUTING, params={"timeout": not_finite})
+            assert resp.status_code == 422
+            assert "finite number" in resp.json()["detail"], resp.json()
 
     run(app, scenario)
 
