@@ -79,9 +79,7 @@ def test_streams_round_trip(control_plane: ControlPlaneProcess) -> None:
     created = json.loads(
         ok(run_cli(control_plane, "streams", "create", other, "--cluster", "local-a", "--json"))
     )
-    assert created == json.loads(
-        ok(run_cli(control_plane, "streams", "describe", other, "--json"))
-    )
+    assert created == json.loads(ok(run_cli(control_plane, "streams", "describe", other, "--json")))
     assert created["partitions"] == 6 and created["routing"]["epoch"] == 1
     ok(run_cli(control_plane, "streams", "delete", other))
 
