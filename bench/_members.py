@@ -1,9 +1,13 @@
-"""Group members run as child processes by bench/reassignment.py.
+"""Group members run as child processes by bench/reassignment.py and
+bench/assigner_saturation.py.
 
-    python _members.py streamplane URL TOKEN STREAM GROUP
+    python _members.py streamplane URL TOKEN STREAM GROUP [BUSY_US [COUNT_FILE [no-backlog]]]
     python _members.py kafka BOOTSTRAP TOPIC GROUP PROTOCOL STATE_FILE
 
-The Kafka member writes its current assignment to STATE_FILE after every rebalance.
+The streamplane member spends BUSY_US microseconds of CPU on each record (default 0) and
+writes how many it handled to COUNT_FILE every second; ``no-backlog`` makes it report no
+backlog to the Assigner (as clients did before they reported it). The Kafka member
+writes its current assignment to STATE_FILE after every rebalance.
 """
 
 from __future__ import annotations
@@ -15,13 +19,41 @@ from pathlib import Path
 from typing import Any
 
 
-def streamplane_member(url: str, token: str, stream: str, group: str) -> None:
+def streamplane_member(
+    url: str,
+    token: str,
+    stream: str,
+    group: str,
+    busy_us: str = "0",
+    count_file: str = "",
+    backlog: str = "backlog",
+) -> None:
+    import threading
+
     from streamplane.client.consumer import StreamConsumer, StreamMessage
     from streamplane.client.control_plane import ControlPlaneClient
 
-    def handle(msg: StreamMessage) -> None:
-        pass
+    busy_s = float(busy_us) / 1e6
+    handled = [0]
 
+    def handle(msg: StreamMessage) -> None:
+        if busy_s:
+            end = time.thread_time() + busy_s
+            while time.thread_time() < end:
+                pass
+        handled[0] += 1
+
+    def write_count() -> None:
+        while True:
+            time.sleep(1.0)
+            tmp = Path(count_file).with_suffix(".tmp")
+            tmp.write_text(str(handled[0]))
+            tmp.replace(count_file)
+
+    if count_file:
+        threading.Thread(target=write_count, daemon=True).start()
+    if backlog == "no-backlog":
+        StreamConsumer._backlog = lambda self, state: 0  # type: ignore[method-assign]
     StreamConsumer(stream, group, ControlPlaneClient(url, token=token)).run(handle)
 
 

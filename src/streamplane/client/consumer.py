@@ -1272,11 +1272,14 @@ class StreamConsumer:
                 pool.submit(work, msg)
 
     def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
-        """CPU, records/s and per-unit throughput, smoothed over ~_LOAD_SMOOTHING_S.
+        """CPU, records/s and per-unit throughput, smoothed over ~_LOAD_SMOOTHING_S,
+        and each unit's backlog.
 
-        Over a heartbeat's 0.3 s alone they were noise (records are fetched and handed
-        out a batch at a time: a unit read 0, then a whole fetch's worth), and the
-        Assigner's load-driven passes moved units back and forth on it."""
+        Over a heartbeat's 0.3 s alone the rates were noise (records are fetched and
+        handed out a batch at a time: a unit read 0, then a whole fetch's worth), and the
+        Assigner's load-driven passes moved units back and forth on it. The backlog (the
+        partition's end, as the last fetch saw it, minus our next offset) tells the
+        Assigner that the member runs flat out."""
         assert self._membership is not None
         now = time.monotonic()
         since, delivered_before = self._last_load
@@ -1293,11 +1296,33 @@ class StreamConsumer:
             fetched = state.fetched - state.fetched_at_report
             state.fetched_at_report = state.fetched
             state.throughput = smooth(state.throughput, fetched / elapsed)
-            units.append({**unit_json(state.key), "throughput": state.throughput})
+            units.append(
+                {
+                    **unit_json(state.key),
+                    "throughput": state.throughput,
+                    "backlog": self._backlog(state),
+                }
+            )
         self._cpu_smoothed = smooth(self._cpu_smoothed, self._cpu_meter())
         rate = (delivered - delivered_before) / elapsed
         self._rate_smoothed = smooth(self._rate_smoothed, rate)
         return self._cpu_smoothed, self._rate_smoothed, units
+
+    def _backlog(self, state: PartitionState) -> int:
+        """Records between our next offset (the log's start before our first record)
+        and the partition's end as the last fetch saw it; 0 before any fetch. No broker
+        call: librdkafka's cached watermarks."""
+        client = self._consumers.get((state.key.cluster, state.priority))
+        if client is None:
+            return 0
+        try:
+            low, high = client.get_watermark_offsets(
+                TopicPartition(state.key.topic, state.key.partition), cached=True
+            )
+        except (_RawKafkaException, RuntimeError, TypeError):  # none cached / closed
+            return 0
+        position = state.next_fetch if state.next_fetch is not None else max(low, 0)
+        return max(0, high - position)
 
     # ------------------------------------------------------------------ introspection
     @property

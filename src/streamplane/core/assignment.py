@@ -57,7 +57,8 @@ acting on every heartbeat would make units flap).
   never measured weigh the median of the measured ones, or 1 when nothing is measured.
   Every weight is at least 1% of the median busy unit: idle partitions still cost a
   fetch session, and zero weights would let every idle unit pile up on one member.
-  Backlog is carried in the load but not weighted.
+  Backlog does not weigh (a unit with a backlog weighs what its holder reads of it);
+  it tells saturated members, below.
 - Capacity. A member's capacity is the throughput it could sustain at full CPU. When it
   reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
   and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
@@ -73,6 +74,13 @@ acting on every heartbeat would make units flap).
   assignment does not swing back and forth. (CPU that does not scale with load, a
   process's baseline, makes busier members look a little faster; that bias shrinks at
   each pass and the tolerance absorbs it: the bench converges in a few passes.)
+  A *saturated* member (the backlog on its units is at least ``saturation_backlog_s``
+  of its records/s) runs as fast as it can: its capacity is the load it carries. Its
+  CPU is no measure there: members reading a backlog on a shared host each get the
+  scheduler's share, ``R / c`` made the member with the larger share look overloaded
+  (its ratio was its CPU over the mean CPU), and every pass moved units between
+  members that were all flat out (a generation every pass). So saturated members are
+  at their targets with one another, and shed load only to members with room.
 - Target. Member ``m`` should carry ``W * capacity_m / sum(capacity)`` of the total
   weight ``W``. Its ratio is load / target.
 - Free units are placed heaviest first on the member with the lowest ratio after the
@@ -220,6 +228,10 @@ class AssignerConfig:
     # process's baseline, handlers waiting on I/O) dominates, each member's estimate
     # comes out as its current share and no skew would ever be corrected.
     min_measured_cpu: float = 0.1
+    # A member is saturated when the backlog on its units would take it at least this
+    # long at its current rate: it runs as fast as it can, so its throughput is its
+    # capacity (CPU says nothing more: on a shared host it is the scheduler's share).
+    saturation_backlog_s: float = 2.0
     # Load-driven balancing runs at most this often (structural changes act at once);
     # math.inf turns it off.
     rebalance_interval_s: float = 10.0
@@ -238,6 +250,8 @@ class AssignerConfig:
             raise ConfigError(
                 f"min_measured_cpu must be within [0, 1], got {self.min_measured_cpu}"
             )
+        if _finite(self.saturation_backlog_s, "saturation_backlog_s") <= 0:
+            raise ConfigError(f"saturation_backlog_s must be > 0, got {self.saturation_backlog_s}")
         if math.isnan(self.rebalance_interval_s) or self.rebalance_interval_s <= 0:
             raise ConfigError(f"rebalance_interval_s must be > 0, got {self.rebalance_interval_s}")
 
@@ -752,6 +766,12 @@ class _Draft:
         )
 
 
+def _saturated(load: MemberLoad, config: AssignerConfig) -> bool:
+    """Whether the member has more waiting on its units than it reads in a few seconds."""
+    backlog = sum(u.backlog for u in load.units.values())
+    return backlog > 0 and backlog >= load.records_per_s * config.saturation_backlog_s
+
+
 def _tiebreak(seed: int, member_id: str) -> bytes:
     return hashlib.blake2b(f"{seed}\x00{member_id}".encode(), digest_size=8).digest()
 
@@ -787,19 +807,19 @@ class _Planner:
             elif holder is not None:
                 self.start[k] = self.holder[k]
         self.where = list(self.start)
+        self.load = [0.0] * len(self.ids)
+        for k in range(n):
+            if self.where[k] >= 0:
+                self.load[self.where[k]] += self.weights[k]
         capacity = self._capacities(draft)
         total_weight = math.fsum(self.weights)
         total_capacity = math.fsum(capacity)
         self.target = [total_weight * c / total_capacity for c in capacity]
-        self.load = [0.0] * len(self.ids)
         # Filled by _balance: per member, its units as (weight, unit index) ascending;
         # the "cheap" ones are already moving (or new), the others would start a release.
         self.cheap: list[list[tuple[float, int]]] = [[] for _ in self.ids]
         self.rest: list[list[tuple[float, int]]] = [[] for _ in self.ids]
         self.involved: set[int] = set()
-        for k in range(n):
-            if self.where[k] >= 0:
-                self.load[self.where[k]] += self.weights[k]
 
     def _weights(self, draft: _Draft) -> list[float]:
         """Each unit's weight; also records the measurements in ``self.measured``."""
@@ -837,10 +857,12 @@ class _Planner:
                     speeds[member_id] = load.records_per_s / max(load.cpu, floor)
         reference = median(speeds[m] for m in self.ids if m in speeds) if speeds else 1.0
         capacity = []
-        for member_id in self.ids:
+        for m, member_id in enumerate(self.ids):
             cpu = draft.members[member_id].load.cpu
             speed = speeds.get(member_id)
-            if speed is None:
+            if self.load[m] > 0 and _saturated(draft.members[member_id].load, draft.config):
+                capacity.append(self.load[m])  # it runs flat out on what it holds
+            elif speed is None:
                 capacity.append(reference * max(floor, 1.0 - cpu))
             else:
                 capacity.append(speed * (cpu + max(floor, 1.0 - cpu)))

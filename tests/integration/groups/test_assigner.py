@@ -228,3 +228,35 @@ def test_a_unit_moved_to_a_joining_member_is_not_handled_twice(
     print(f"handled by first {by_member['first']}, second {by_member['second']}")
     assert by_member["second"] > 0
     assert not twice, f"{len(twice)} records handled more than once"
+
+
+def test_a_member_reports_the_backlog_on_its_units(control_plane: Any, stream_factory: Any) -> None:
+    """The Assigner tells saturated members by their backlog: the partition's end as the
+    last fetch saw it, minus the member's next offset."""
+    client = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2, lanes=("realtime",))
+    with StreamProducer(stream, client) as producer:
+        for i in range(4000):
+            producer.send(b"x", key=str(i).encode())
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    with StreamConsumer(stream, group, client) as consumer:
+        taken = []
+        while len(taken) < 100:
+            msg = consumer.poll(5.0)
+            assert msg is not None
+            taken.append(msg)
+
+        def backlog() -> int:
+            _, _, units = consumer._load_report()
+            assert {u["partition"] for u in units} == {0, 1}
+            return sum(u["backlog"] for u in units)
+
+        # Fetched ahead of what was handed out counts as read (a fetch is 250 records
+        # a partition); the rest is behind, on both partitions once both were fetched.
+        wait_for(lambda: backlog() >= 4000 - 2 * 250, timeout_s=10.0)
+        assert backlog() <= 4000 - 100
+        for _ in range(3900):
+            msg = consumer.poll(5.0)
+            assert msg is not None
+        _, _, units = consumer._load_report()
+        assert sum(u["backlog"] for u in units) == 0, units

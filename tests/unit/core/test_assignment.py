@@ -54,8 +54,10 @@ def load(
     cpu: float = 0.2,
     throughput: Mapping[WorkUnit, float] | None = None,
     records_per_s: float = 0.0,
+    backlog: int = 0,
 ) -> MemberLoad:
-    per_unit = {u: UnitLoad(t) for u, t in (throughput or {}).items()}
+    """``backlog`` records behind on each unit of ``throughput``."""
+    per_unit = {u: UnitLoad(t, backlog) for u, t in (throughput or {}).items()}
     return MemberLoad(cpu=cpu, records_per_s=records_per_s, units=per_unit)
 
 
@@ -273,6 +275,44 @@ def test_lightly_loaded_members_are_balanced_by_weight() -> None:
     carried = {m: sum(map(weight, s.units)) for m, s in state.members.items()}
     assert carried["a"] == pytest.approx(150.0, rel=0.2), carried
     assert carried["b"] == pytest.approx(150.0, rel=0.2), carried
+
+
+def test_saturated_members_do_not_trade_units_on_cpu_noise() -> None:
+    """Three members reading a backlog flat out on a shared host: each gets the
+    scheduler's share of CPU, a little different at each pass. R / c made the one with
+    the larger share look overloaded, and every pass moved units between members that
+    were all saturated (a fleet run: a generation every ~10 s)."""
+    config = AssignerConfig(rebalance_interval_s=1.0)
+    claims = {m: (load(0.5), units(4, topic=f"sp.s.{m}.e1")) for m in ("a", "b", "c")}
+    state = restore(config, [u for _, us in claims.values() for u in us], claims, now=0.0)
+    generation = state.generation
+    rng = random.Random(7)
+    now = 0.0
+    for _ in range(20):  # passes, each with another draw of the CPU shares
+        loads = {}
+        for m, member in state.members.items():
+            rate = rng.uniform(280.0, 320.0)
+            mine = {u: rate / len(member.units) for u in member.units}
+            cpu = rng.uniform(0.35, 0.65)
+            loads[m] = load(cpu, throughput=mine, records_per_s=rate, backlog=100_000)
+        state, now = settle(state, now + 1.5, loads)
+    assert state.generation == generation
+    assert counts(state) == {"a": 4, "b": 4, "c": 4}
+
+
+def test_saturated_member_sheds_to_a_member_with_room() -> None:
+    config = AssignerConfig(rebalance_interval_s=1.0)
+    behind, caught_up = units(6, topic="sp.s.bulk.e1"), units(6, topic="sp.s.realtime.e1")
+    claims = {"a": (load(0.9), behind), "b": (load(0.1), caught_up)}
+    state = restore(config, [*behind, *caught_up], claims, now=0.0)
+    loads = {
+        "a": load(0.9, throughput={u: 100.0 for u in behind}, records_per_s=600.0, backlog=50_000),
+        "b": load(0.1, throughput={u: 10.0 for u in caught_up}, records_per_s=60.0),
+    }
+    state, _ = settle(state, 1.5, loads)
+    # b reads 600 records/s per CPU as a does; it has room for half of the 660.
+    assert set(state.members["b"].units) > set(caught_up)
+    assert 2 <= len(set(state.members["b"].units) & set(behind)) <= 4
 
 
 def test_weights_come_from_measured_throughput() -> None:
