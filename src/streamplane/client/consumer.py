@@ -374,10 +374,24 @@ class StreamConsumer:
         heartbeat_interval_s: float = 0.3,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ConfigError("max_attempts must be at least 1")
-        if retry_backoff < 0 or max_retry_backoff < retry_backoff:
-            raise ConfigError("retry_backoff must be >= 0 and <= max_retry_backoff")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigError(f"max_attempts must be an int of at least 1, not {max_attempts!r}")
+        if not (
+            math.isfinite(retry_backoff)
+            and math.isfinite(max_retry_backoff)
+            and 0 <= retry_backoff <= max_retry_backoff
+        ):
+            raise ConfigError(
+                "retry_backoff and max_retry_backoff must be seconds with "
+                f"0 <= retry_backoff <= max_retry_backoff, not {retry_backoff!r} and "
+                f"{max_retry_backoff!r}"
+            )
+        for name, seconds in (
+            ("commit_interval_s", commit_interval_s),
+            ("heartbeat_interval_s", heartbeat_interval_s),
+        ):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ConfigError(f"{name} must be a positive number of seconds, not {seconds!r}")
         if not group or len(group) > 200:
             raise ConfigError("group must be a non-empty name of at most 200 characters")
         if lanes is not None and (
@@ -436,11 +450,14 @@ class StreamConsumer:
         self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
         self._retries: RetrySchedule[StreamMessage] = RetrySchedule()
-        # The backoff before attempt n + 1, by n (the attempts so far).
-        self._retry_delays = [
-            min(max_retry_backoff, retry_backoff * 2 ** max(0, n - 1))
-            for n in range(max_attempts + 1)
-        ]
+        # The backoff before attempt n + 1, by n (the attempts so far), until it reaches
+        # max_retry_backoff: later attempts wait the last one.
+        self._retry_delays: list[float] = []
+        for n in range(max_attempts):
+            delay = min(max_retry_backoff, retry_backoff * 2.0 ** min(max(0, n - 1), 64))
+            self._retry_delays.append(delay)
+            if delay >= max_retry_backoff or n > 64:
+                break
         self._exhausted_reason = f"max attempts ({max_attempts}) reached"
         self._pending_routing: RoutingTable | None = None
         self._dlq: DlqWriter[StreamMessage] | None = None
@@ -1058,10 +1075,11 @@ class StreamConsumer:
         if retries:
             now = time.monotonic()
             delays = self._retry_delays
+            last = len(delays) - 1
             add = self._retries.add
             for by_attempts in retries.values():
                 for attempts, batch in by_attempts.items():
-                    add(batch, delays[attempts], now)
+                    add(batch, delays[min(attempts, last)], now)
         if self._dlq is not None and self._dlq.pending:
             self._settle_dead_letters()
 

@@ -367,12 +367,30 @@ def test_a_closed_consumer_is_not_opened_again() -> None:
         ({"lanes": []}, "lanes must be a non-empty list"),
         ({"max_in_flight": 0}, "max_in_flight must be a positive int"),
         ({"fetch_batch": "10"}, "fetch_batch must be a positive int"),
+        ({"max_attempts": 0}, "max_attempts must be an int of at least 1"),
+        ({"max_attempts": 2.5}, "max_attempts must be an int of at least 1"),
+        ({"retry_backoff": float("nan")}, "retry_backoff and max_retry_backoff must be"),
+        ({"max_retry_backoff": float("inf")}, "retry_backoff and max_retry_backoff must be"),
+        ({"retry_backoff": 5.0, "max_retry_backoff": 1.0}, "0 <= retry_backoff <="),
+        ({"commit_interval_s": 0}, "commit_interval_s must be a positive number"),
+        ({"heartbeat_interval_s": float("nan")}, "heartbeat_interval_s must be a positive"),
     ],
 )
 def test_bad_consumer_settings_are_refused_at_construction(
     kwargs: dict[str, object], message: str
 ) -> None:
     """(A plain string was read as lanes 'r', 'e', ...; max_in_flight=0 paused every
-    partition for good.)"""
+    partition for good; a NaN backoff was taken.)"""
     with pytest.raises(ConfigError, match=message):
         StreamConsumer("s", "g", None, assigner=False, **kwargs)  # type: ignore[arg-type]
+
+
+def test_many_attempts_back_off_to_the_ceiling() -> None:
+    """max_attempts=100,000 raised OverflowError (2 ** n for every attempt)."""
+    c = StreamConsumer(
+        "s", "g", None, assigner=False, max_attempts=100_000, retry_backoff=0.1,  # type: ignore[arg-type]
+        max_retry_backoff=30.0,
+    )  # fmt: skip
+    delays = c._retry_delays
+    assert delays[:4] == [0.1, 0.1, 0.2, 0.4]
+    assert delays[-1] == 30.0 and len(delays) < 20
