@@ -79,6 +79,7 @@ class GroupMembership:
         self.generation = -1
         self._lease_deadline = 0.0
         self.connected = False
+        self._failing = ""  # the last heartbeat error logged, until one is answered
         self.changed = threading.Event()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -136,7 +137,13 @@ class GroupMembership:
                     )
                 self.connected = False
             except ControlPlaneError as exc:
-                log.warning("heartbeat of %s failed: %s", self.member_id, exc)
+                if str(exc) != self._failing:  # once per cause, not every 0.3 s
+                    log.warning("heartbeat of %s failed: %s", self.member_id, exc)
+                    self._failing = str(exc)
+            else:
+                if self._failing:
+                    log.info("heartbeats of %s answered again", self.member_id)
+                    self._failing = ""
 
     def _beat(self) -> None:
         with self._lock:

@@ -112,6 +112,7 @@ _DESCRIPTIONS = {
     409: "Already exists, or the stream changed meanwhile.",
     422: "The request does not match the schema.",
     502: "A Kafka cluster failed the operation.",
+    503: "Unavailable here or now (Retry-After says when to try again).",
 }
 
 
@@ -236,7 +237,9 @@ def create_app(
 
     assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
     app.state.assigner = assigner
-    app.include_router(groups_router(assigner, require_token, _errors))
+    app.include_router(
+        groups_router(assigner, require_token, _errors, lambda: failover_rt.is_leader)
+    )
     app.include_router(failover_router(failover_rt, require_token))
 
     # ------------------------------------------------------------------ health

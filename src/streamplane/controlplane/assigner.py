@@ -4,7 +4,8 @@ The decisions are the pure ``core.assignment``; this adapter keeps one ``GroupSt
 per group in memory, derives each group's work units from its stream's routing table
 (every partition of every readable segment of the group's lanes), and runs the clock.
 
-State is in memory on purpose: a restarted control plane rebuilds it from the members
+State is in memory on purpose: a restarted control plane (or a replica that has just
+become the leader: only the leader's Assigner answers) rebuilds it from the members
 themselves. For ``recovery_s`` after start (a little more than a lease), heartbeats are
 answered with exactly the units each member claims to hold, so nothing moves while the
 Assigner cannot yet know who holds what; then the state is rebuilt from those claims
@@ -54,11 +55,23 @@ class AssignerService:
         self._routing = routing
         self.config = config or AssignerConfig(lease_ttl_s=1.5)
         self._clock = clock
-        self._recover_until = clock() + (
-            recovery_s if recovery_s is not None else self.config.lease_ttl_s + 1.0
-        )
+        self._recovery_s = recovery_s if recovery_s is not None else self.config.lease_ttl_s + 1.0
+        self._recover_until = clock() + self._recovery_s
         self._groups: dict[str, _Group] = {}
         self._lock = threading.Lock()
+        self._leading = True
+
+    def lead(self, leader: bool) -> None:
+        """Whether this replica leads, as of a request. Only the leader's Assigner
+        answers (two replicas each answering part of a group's members gave every member
+        every unit). A replica that becomes the leader starts as a restarted one does:
+        what it knew before is stale, so it forgets it and rebuilds each group from its
+        members' claims after a recovery window."""
+        with self._lock:
+            if leader and not self._leading:
+                self._groups.clear()
+                self._recover_until = self._clock() + self._recovery_s
+            self._leading = leader
 
     def _units(self, group: _Group) -> frozenset[WorkUnit]:
         table = self._routing(group.stream)

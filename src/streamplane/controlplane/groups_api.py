@@ -56,16 +56,32 @@ def groups_router(
     assigner: AssignerService,
     require_token: Callable[..., Any],
     errors: Callable[..., dict[int | str, dict[str, Any]]],
+    is_leader: Callable[[], bool],
 ) -> APIRouter:
-    """The router; ``require_token`` is the app's token check, ``errors`` documents errors."""
+    """The router; ``require_token`` is the app's token check, ``errors`` documents errors,
+    ``is_leader`` tells whether this replica leads (only the leader's Assigner answers:
+    a follower answers 503)."""
     router = APIRouter(tags=["groups"])
-    auth = [Depends(require_token)]
+
+    def leader_only() -> None:
+        leader = is_leader()
+        assigner.lead(leader)
+        if not leader:
+            raise HTTPException(
+                503,
+                "this control-plane replica is a follower: groups are served by the "
+                "leader's Assigner only; point consumers at the leader (its GET "
+                "/v1/health/clusters answers leader: true)",
+                headers={"Retry-After": "1"},
+            )
+
+    auth = [Depends(require_token), Depends(leader_only)]
 
     @router.post(
         "/v1/groups/{group}/heartbeat",
         response_model=HeartbeatOut,
         dependencies=auth,
-        responses=errors(400, 401, 403, 404, 422),
+        responses=errors(400, 401, 403, 404, 422, 503),
     )
     def heartbeat(group: str, body: HeartbeatIn) -> HeartbeatOut:
         load = MemberLoad(
@@ -93,12 +109,16 @@ def groups_router(
         "/v1/groups/{group}/members/{member_id}",
         status_code=204,
         dependencies=auth,
-        responses=errors(401, 403, 422),
+        responses=errors(401, 403, 422, 503),
     )
     def leave(group: str, member_id: str) -> None:
         assigner.leave(group, member_id)
 
-    @router.get("/v1/groups/{group}/members", responses=errors(404, 422))
+    @router.get(
+        "/v1/groups/{group}/members",
+        dependencies=[Depends(leader_only)],
+        responses=errors(404, 422, 503),
+    )
     def describe(group: str) -> dict[str, object]:
         try:
             return assigner.describe(group)

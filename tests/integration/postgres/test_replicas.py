@@ -77,3 +77,37 @@ def test_leader_dies_the_other_takes_over(
     # the old leader comes back as a follower
     a.start()
     assert overview(a)["leader"] is False and overview(b)["leader"] is True
+
+
+def test_groups_are_served_by_the_leader_only(
+    replicas: list[ControlPlaneProcess], fleet: FleetDescriptor
+) -> None:
+    """Each replica ran an Assigner of its own: two members of one group, each talking
+    to another replica, were each given every partition (600 of 600 records handled
+    twice). A member pointed at a follower is now refused with one clear error."""
+    from streamplane.client.consumer import StreamConsumer
+    from streamplane.client.producer import StreamProducer
+    from streamplane.exceptions import ControlPlaneError
+
+    a, b = replicas
+    a.start()
+    wait_for(lambda: overview(a)["leader"], 10, "replica a to lead")
+    b.start()
+    assert overview(b)["leader"] is False
+    stream = f"rep-{uuid.uuid4().hex[:6]}"
+    with a.client() as leader, b.client() as follower:
+        local_a = fleet.cluster("local-a")
+        leader.register_cluster("local-a", local_a.bootstrap)
+        leader.create_stream(stream, "local-a", lanes=["realtime"], partitions=2)
+        with StreamProducer(stream, follower) as producer:  # the rest is any replica's
+            for i in range(20):
+                producer.send(b"%d" % i, key=b"%d" % i)
+        with pytest.raises(ControlPlaneError, match="follower"):
+            StreamConsumer(stream, "g", follower).open()
+        got = 0
+        with StreamConsumer(stream, "g", leader) as consumer:
+            while got < 20:
+                msg = consumer.poll(10.0)
+                assert msg is not None
+                msg.ack()
+                got += 1

@@ -143,3 +143,37 @@ def test_a_group_name_is_free_again_once_its_members_are_gone() -> None:
     clock.now += 1.6
     c = svc.heartbeat("g", "s", ["realtime"], "c", MemberLoad())
     assert {u.topic for u in c.work_units} == {"sp.s.realtime.e1"}
+
+
+def test_only_the_leader_answers_and_a_new_leader_starts_from_the_claims(
+    http: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas each answered the members that reached them: each member was given
+    every unit and every record was handled twice. A follower now answers 503; a
+    replica that becomes the leader forgets what it knew (stale) and rebuilds each
+    group from its members' claims, as a restarted one does."""
+    from streamplane.controlplane.failover_runtime import FailoverRuntime
+
+    leading = [True]
+    monkeypatch.setattr(FailoverRuntime, "is_leader", property(lambda self: leading[0]))
+    create_stream = http.post(
+        "/v1/streams", json={"name": "orders", "cluster": "local-a", "partitions": 4}, headers=AUTH
+    )
+    assert create_stream.status_code == 201
+    body = {"member_id": "m1", "stream": "orders", "lanes": ["realtime"], "cpu": 0.3}
+    first = http.post("/v1/groups/g/heartbeat", json=body, headers=AUTH)
+    assert first.status_code == 200
+    leading[0] = False
+    for resp in (
+        http.post("/v1/groups/g/heartbeat", json=body, headers=AUTH),
+        http.get("/v1/groups/g/members"),
+        http.delete("/v1/groups/g/members/m1", headers=AUTH),
+    ):
+        assert resp.status_code == 503, resp.text
+        assert "follower" in resp.json()["detail"] and resp.headers["Retry-After"] == "1"
+    leading[0] = True
+    claims = first.json()["work_units"][:1]
+    again = http.post("/v1/groups/g/heartbeat", json={**body, "claims": claims}, headers=AUTH)
+    assert again.status_code == 200
+    # In its recovery window: exactly what the member claims, generation 0.
+    assert again.json()["work_units"] == claims and again.json()["generation"] == 0
