@@ -308,8 +308,16 @@ class FailoverRuntime:
                 reason = f"cluster {failed} is down: {state.last_error}"
                 self.service.failover(stream, target, lanes, None, reason[:1000], actor="health")
                 log.warning("failed stream %s over from %s to %s", stream, failed, target)
-            except (Conflict, NotFound):
-                continue  # changed meanwhile: the next probe looks again
+            except (Conflict, NotFound) as exc:
+                # Changed meanwhile, or a conflict that stays (a topic in the way): the
+                # next probe tries again; said once, not swallowed.
+                self._warn_once(
+                    (stream, failed, "conflict"),
+                    "automatic failover of %s off %s not done yet: %s",
+                    stream,
+                    failed,
+                    exc,
+                )
             except Exception as exc:
                 log.warning("automatic failover of %s off %s failed: %s", stream, failed, exc)
 

@@ -93,6 +93,8 @@ class TopicAdmin(Protocol):
         self, names: Iterable[str], timeout: float = ...
     ) -> dict[str, KafkaError | None]: ...
 
+    def end_offsets(self, topic: str, timeout: float = ...) -> dict[int, int]: ...
+
     def cluster_id(self, timeout: float = ...) -> str: ...
 
 
@@ -333,7 +335,7 @@ class ControlPlaneService:
             wanted = [
                 (s.topic, s.partitions, spec.replication_factor, configs) for s in table.segments
             ]
-            self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
+            created = self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
             record = StreamRecord(
                 name=spec.name,
                 lanes=table.lanes,
@@ -355,7 +357,7 @@ class ControlPlaneService:
                     record, table, AuditEntry(actor, "stream.create", spec.name, detail)
                 )
             except BaseException:
-                self._delete_quietly(cluster, [t[0] for t in wanted])
+                self._drop_unsaved(cluster, spec.name, created)
                 raise
         self._notify(spec.name, table.epoch)
         return record, table
@@ -438,7 +440,7 @@ class ControlPlaneService:
                 for s in new.segments
                 if s.epoch == new.epoch
             ]
-            self._create_topics(target, wanted, f"stream {name!r} not moved")
+            created = self._create_topics(target, wanted, f"stream {name!r} not moved")
             detail = {
                 "from_epoch": table.epoch,
                 "to_epoch": new.epoch,
@@ -458,7 +460,7 @@ class ControlPlaneService:
                     new, table.epoch, AuditEntry(actor, "stream.failover", name, detail)
                 )
             except BaseException:
-                self._delete_quietly(target, [t[0] for t in wanted])
+                self._drop_unsaved(target, name, created)
                 raise
         self._notify(name, new.epoch)
         return new
@@ -517,21 +519,68 @@ class ControlPlaneService:
         cluster: ClusterRecord,
         topics: Sequence[tuple[str, int, int, Mapping[str, str]]],
         what: str,
-    ) -> None:
-        """Create all of ``topics`` or none: on a failure, delete those just created."""
+    ) -> list[str]:
+        """Create all of ``topics`` or none: on a failure, delete those just created.
+        Returns the ones created (the others were adopted).
+
+        ``topics`` are a new epoch's, not in any routing table yet, so no producer knows
+        them: one that exists already, empty and with the partitions wanted, was left by
+        an attempt that died between creating its topics and saving its routing (a
+        control plane killed there made the stream's name, or its failover, unusable
+        until someone deleted the topics by hand): it is adopted. One with records, or
+        other partitions, is a conflict. Another replica's attempt in progress may have
+        made it: the store's compare-and-set lets one of the two save, and the loser
+        deletes only what it created and the winner's table does not hold
+        (``_drop_unsaved``)."""
         admin = self._admin(cluster.bootstrap)
         results = admin.create_topics(topics, timeout=self._kafka_timeout)
-        failed = {t: e for t, e in results.items() if e is not None}
+        wanted = {name: partitions for name, partitions, _, _ in topics}
+        adopted = {
+            t
+            for t, e in results.items()
+            if e is not None
+            and e.code == "TOPIC_ALREADY_EXISTS"
+            and self._orphan(admin, t, wanted[t])
+        }
+        for topic in sorted(adopted):
+            log.warning(
+                "adopting topic %s on %s: empty, left by an unsaved change", topic, cluster.name
+            )
+        created = [t for t, e in results.items() if e is None]
+        failed = {t: e for t, e in results.items() if e is not None and t not in adopted}
         if not failed:
-            return
-        self._delete_quietly(cluster, [t for t, e in results.items() if e is None])
+            return created
+        self._delete_quietly(cluster, created)
         topic, err = sorted(failed.items())[0]
         message = f"{what}: cluster {cluster.name}: {err}"
         if err.code == "TOPIC_ALREADY_EXISTS":
-            raise Conflict(f"{what}: topic {topic} already exists on cluster {cluster.name}")
+            raise Conflict(
+                f"{what}: topic {topic} already exists on cluster {cluster.name} and holds "
+                "records or other partitions (delete it, or use another name)"
+            )
         if err.code in _BAD_REQUEST_CODES:
             raise ConfigError(message)
         raise KafkaError(message, code=err.code, retriable=err.retriable, fatal=err.fatal)
+
+    def _orphan(self, admin: TopicAdmin, topic: str, partitions: int) -> bool:
+        """Whether ``topic`` has exactly ``partitions`` partitions and never held a record."""
+        try:
+            ends = admin.end_offsets(topic, timeout=self._kafka_timeout)
+        except KafkaError as exc:
+            log.warning("could not read the ends of existing topic %s: %s", topic, exc)
+            return False
+        return len(ends) == partitions and not any(ends.values())
+
+    def _drop_unsaved(self, cluster: ClusterRecord, stream: str, created: list[str]) -> None:
+        """After a failed save: delete the topics this attempt created, except those the
+        stream's current routing holds (another replica adopted them and saved first)."""
+        try:
+            saved = {
+                s.topic for s in self.store.routing(stream).segments if s.cluster == cluster.name
+            }
+        except NotFound:
+            saved = set()
+        self._delete_quietly(cluster, [t for t in created if t not in saved])
 
     def _delete_quietly(self, cluster: ClusterRecord, topics: list[str]) -> None:
         if not topics:

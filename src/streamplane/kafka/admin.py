@@ -176,6 +176,20 @@ class KafkaAdmin:
                 out[tp] = err
         return out
 
+    def end_offsets(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
+        """Each partition's end (latest) offset; {} when the topic does not exist."""
+        meta = self._admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        futures = self._admin.list_offsets(
+            {TopicPartition(topic, p): latest for p in meta.partitions}, request_timeout=timeout
+        )
+        return {
+            tp.partition: int(await_future(fut, timeout + 1.0, f"offsets of {topic}").offset)
+            for tp, fut in futures.items()
+        }
+
     def delete_topics(
         self, names: Iterable[str], timeout: float = 30.0
     ) -> dict[str, KafkaError | None]:

@@ -8,12 +8,14 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import Producer
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.core.routing import RoutingTable, SegmentState, commitlog_topic
 from streamplane.exceptions import (
+    Conflict,
     ControlPlaneError,
     ControlPlaneUnavailable,
     NotFound,
@@ -87,6 +89,34 @@ def test_delete_stream_removes_its_topics(
         with pytest.raises(NotFound, match=f"unknown stream '{name}'"):
             cp.describe_stream(name)
     _wait_gone(fleet, "local-a", topics)
+
+
+def test_topics_left_by_a_killed_create_are_adopted_unless_written(
+    control_plane: ControlPlaneProcess, fleet: FleetDescriptor
+) -> None:
+    """What a control plane killed between creating a stream's topics and saving it
+    leaves: empty topics of the name. They are taken (they blocked the name for good);
+    one holding a record is not."""
+    name = f"orph-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdmin(fleet.bootstrap("local-a"))
+    left = [(f"sp.{name}.realtime.e1", 2, 1, {}), (f"sp.{name}.bulk.e1", 2, 1, {})]
+    assert set(admin.create_topics(left).values()) == {None}
+    assert admin.end_offsets(f"sp.{name}.bulk.e1") == {0: 0, 1: 0}
+    assert admin.end_offsets(f"sp.{name}.nothing.e1") == {}
+    with control_plane.client() as cp:
+        table = cp.create_stream(name, "local-a", partitions=2)
+        assert {s.topic for s in table.segments} <= set(_topics(fleet, "local-a"))
+        cp.delete_stream(name)
+        _wait_gone(fleet, "local-a", {s.topic for s in table.segments})
+        written = f"w{name}"
+        topic = f"sp.{written}.realtime.e1"
+        assert admin.create_topics([(topic, 1, 1, {})]) == {topic: None}
+        producer = Producer({"bootstrap.servers": fleet.bootstrap("local-a")})
+        producer.produce(topic, b"x")
+        assert producer.flush(10) == 0
+        with pytest.raises(Conflict, match="holds records or other partitions"):
+            cp.create_stream(written, "local-a", partitions=1)
+    admin.delete_topics([topic])
 
 
 def test_consumer_sets_up_the_commitlog_side_topic_and_delete_removes_it(

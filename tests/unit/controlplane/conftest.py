@@ -32,6 +32,8 @@ class StubKafka:
     topics: dict[str, dict[str, tuple[int, int, dict[str, str]]]] = field(default_factory=dict)
     fail_create: dict[str, KafkaError] = field(default_factory=dict)
     fail_delete: dict[str, KafkaError] = field(default_factory=dict)
+    # Records written to a topic (all in partition 0), by topic name.
+    written: dict[str, int] = field(default_factory=dict)
     # Bootstraps that answer, with their cluster id (the others do not answer).
     cluster_ids: dict[str, str] = field(
         default_factory=lambda: {b: f"id-{name}" for name, b in BOOTSTRAPS.items()}
@@ -70,6 +72,13 @@ class StubAdmin:
         if self.bootstrap not in self.kafka.cluster_ids:
             raise KafkaError(f"{self.bootstrap}: no broker answered", code="_TRANSPORT")
         return self.kafka.cluster_ids[self.bootstrap]
+
+    def end_offsets(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
+        with self.kafka.lock:
+            found = self.kafka.topics.get(self.bootstrap, {}).get(topic)
+            if found is None:
+                return {}
+            return {p: self.kafka.written.get(topic, 0) if p == 0 else 0 for p in range(found[0])}
 
     def delete_topics(
         self, names: Iterable[str], timeout: float = 30.0

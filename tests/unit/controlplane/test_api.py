@@ -303,12 +303,42 @@ def test_broker_rejecting_the_request_is_400(http: TestClient, kafka: StubKafka)
     assert "larger than available brokers" in resp.json()["detail"]
 
 
-def test_existing_topic_is_a_conflict(http: TestClient, kafka: StubKafka) -> None:
+def test_existing_topic_with_records_is_a_conflict(http: TestClient, kafka: StubKafka) -> None:
     kafka.admin("127.0.0.1:19092").create_topics([("sp.orders.dlq.e1", 1, 1, {})])
+    kafka.written["sp.orders.dlq.e1"] = 3
     resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
     assert resp.status_code == 409
     assert "sp.orders.dlq.e1 already exists" in resp.json()["detail"]
     assert set(kafka.on("local-a")) == {"sp.orders.dlq.e1"}  # someone else's: left alone
+
+
+def test_existing_topic_with_other_partitions_is_a_conflict(
+    http: TestClient, kafka: StubKafka
+) -> None:
+    kafka.admin("127.0.0.1:19092").create_topics([("sp.orders.bulk.e1", 2, 1, {})])
+    resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
+    assert resp.status_code == 409
+    assert "holds records or other partitions" in resp.json()["detail"]
+    assert set(kafka.on("local-a")) == {"sp.orders.bulk.e1"}
+
+
+def test_empty_topics_left_by_a_killed_create_are_adopted(
+    http: TestClient, kafka: StubKafka
+) -> None:
+    """A control plane killed between creating a stream's topics and saving the stream
+    left them behind: every later create of the name was a 409 and a delete a 404, until
+    someone deleted the topics by hand. Empty, with the partitions wanted, no producer
+    can have known them: they are taken."""
+    kafka.admin("127.0.0.1:19092").create_topics(
+        [("sp.orders.realtime.e1", 6, 1, {}), ("sp.orders.bulk.e1", 6, 1, {})]
+    )
+    resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
+    assert resp.status_code == 201, resp.text
+    assert set(kafka.on("local-a")) == {
+        "sp.orders.realtime.e1",
+        "sp.orders.bulk.e1",
+        "sp.orders.dlq.e1",
+    }
 
 
 def test_delete_stream_with_and_without_topics(http: TestClient, kafka: StubKafka) -> None:

@@ -24,7 +24,7 @@ from streamplane.controlplane.leadership import SingleReplica
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.core.failover import ClusterHealth
 from streamplane.exceptions import KafkaError
-from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, TestClient, create_stream
+from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka, TestClient, create_stream
 
 BY_BOOTSTRAP = {b: n for n, b in BOOTSTRAPS.items()}
 
@@ -471,3 +471,18 @@ def test_health_nobody_keeps_current_is_unknown(
         assert fhttp.get("/v1/clusters/local-a").json()["health"]["state"] == "unknown"
         overview = fhttp.get("/v1/health/clusters").json()
         assert {c["name"]: c["health"] for c in overview["clusters"]}["local-a"] == "unknown"
+
+
+def test_empty_topics_left_by_a_killed_failover_are_adopted(
+    fhttp: TestClient, kafka: StubKafka
+) -> None:
+    """A control plane killed between creating the new epoch's topics and saving it left
+    them behind, and every failover of the stream (the health loop's too, silently)
+    failed on "topic ... already exists" until they were deleted by hand."""
+    create_stream(fhttp)
+    kafka.admin(BOOTSTRAPS["local-b"]).create_topics(
+        [("sp.orders.realtime.e2", 6, 1, {}), ("sp.orders.bulk.e2", 6, 1, {})]
+    )
+    moved = failover(fhttp)
+    assert moved["epoch"] == 2
+    assert {"sp.orders.realtime.e2", "sp.orders.bulk.e2"} <= set(kafka.on("local-b"))
