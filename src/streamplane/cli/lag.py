@@ -5,6 +5,11 @@ Reads ``GET /v1/lag`` from the control plane (its lag monitor follows every clus
 line per partition plus the group's total. ``--watch`` redraws every ``--interval``
 seconds until interrupted (Ctrl-C exits quietly), and keeps trying while the control
 plane does not answer.
+
+An unknown ``--stream`` is an error (the API answers 404). So is ``--group`` with no
+tracked partition (without ``--watch``): one ``error:`` line and exit code 1. The API
+itself does not call an untracked group an error (the monitor may not have seen its
+commits yet), which is what ``--watch`` shows until they arrive.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import click
 
 from streamplane.cli.connection import connect, connection_options, echo_json, json_option
 from streamplane.cli.output import table
-from streamplane.exceptions import ControlPlaneUnavailable
+from streamplane.exceptions import ControlPlaneUnavailable, NotFound
 
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -36,7 +41,13 @@ def _int(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def render(doc: Mapping[str, Any], group: str | None) -> str:
+def no_partitions(group: str, stream: str | None) -> str:
+    if stream:
+        return f"group {group!r}: no tracked partitions of stream {stream!r}"
+    return f"group {group!r}: no tracked partitions (no commit of it seen on any cluster)"
+
+
+def render(doc: Mapping[str, Any], group: str | None, stream: str | None = None) -> str:
     """The table for one ``/v1/lag`` document (pure: tested without a server)."""
     if not doc.get("monitor", True):
         return "the control plane's lag monitor is off (lag_monitor = false)"
@@ -60,7 +71,7 @@ def render(doc: Mapping[str, Any], group: str | None) -> str:
         return table([*headers, "STATUS"], rows)
     parts: Sequence[Mapping[str, Any]] = doc.get("partitions", [])
     if not parts:
-        return f"group {group!r}: no tracked partitions"
+        return no_partitions(group, stream)
     rows = [
         [
             p["cluster"],
@@ -120,13 +131,20 @@ def lag(
                 # --watch rides through a control-plane restart: say so, try again.
                 text = f"{exc}; trying again every {interval:g}s"
             else:
-                if stream is not None and not doc.get("groups"):
-                    cp.describe_stream(stream)  # nothing to show: NotFound if no such stream
+                # An unknown stream is the API's 404 (NotFound, raised above). A group with
+                # nothing tracked is not an error to the API; asked for by name, it is here.
+                if (
+                    group is not None
+                    and not watch
+                    and doc.get("monitor", True)
+                    and not doc.get("partitions")
+                ):
+                    raise NotFound(no_partitions(group, stream))
                 if as_json:
                     echo_json(doc)
                     text = ""
                 else:
-                    text = render(doc, group)
+                    text = render(doc, group, stream)
             if text:
                 if watch:
                     stamp = time.strftime("%H:%M:%S")

@@ -4,8 +4,11 @@ No build step and nothing from a CDN: the three files live in ``static/`` next t
 module and are served as they are. The page reads the control plane's own JSON API
 (clusters, lag readers, streams and their routing, the audit log for epoch history and
 failovers, groups and their lag history, dlq counts) and draws the time-lag chart as
-inline SVG. Views are addressed by the URL fragment: ``/ui#/streams/<name>``,
-``/ui#/groups/<group>``.
+inline SVG (its line broken where the lag is unknown). Views are addressed by the URL
+fragment: ``/ui#/streams/<name>``, ``/ui#/groups/<group>``, the name percent-encoded (a
+group id may hold "/": ``#/groups/team%2Fa``); a malformed one is shown as an error.
+A cluster's health is the control plane's (``health`` of ``/v1/clusters``); what its
+``__consumer_offsets`` reader says is shown beside it, as detail.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.

@@ -18,6 +18,13 @@ Routes (reads, open like every read of the control plane):
 | ``GET /v1/lag?group=&stream=`` | per partition lag and per group aggregates |
 | ``GET /v1/groups?stream=`` | one summary per group (across clusters) |
 | ``GET /v1/groups/{group}/lag/history`` | the group's lag chart data (404 if untracked) |
+
+A group that is not tracked is no error in ``/v1/lag`` (the monitor may not have seen
+its commits yet): its lists are empty. A ``stream`` filter naming no stream (none in the
+store and no tracked partition labelled with it) is 404; an empty filter value
+(``?group=``) is 422. The history route takes any group id, ``/`` included
+(``/v1/groups/team%2Fa/lag/history``: the ``{group:path}`` converter, anchored by the
+``/lag/history`` suffix, so it matches no other route).
 | ``GET /v1/lag/readers`` | the ``__consumer_offsets`` readers, one per cluster |
 | ``GET /v1/lag/dlq`` | records written to each dlq segment |
 | ``GET /metrics`` | Prometheus text format |
@@ -237,17 +244,31 @@ class ReaderOut(BaseModel):
 lag_router = APIRouter()
 lag_router.include_router(dashboard_router)
 
+# min_length=1: an empty filter (``?group=``) is a 422, not a filter on the empty string.
 StreamFilter = Annotated[
     str | None,
-    Query(max_length=63, json_schema_extra={"pattern": STREAM_NAME_PATTERN}),
+    Query(min_length=1, max_length=63, json_schema_extra={"pattern": STREAM_NAME_PATTERN}),
 ]
-GroupFilter = Annotated[str | None, Query(max_length=255, description="A consumer group id.")]
+GroupFilter = Annotated[
+    str | None, Query(min_length=1, max_length=255, description="A consumer group id.")
+]
 
 
 def _monitor(request: Request, stream: str | None = None) -> LagMonitor | None:
     if stream is not None:
         validate_stream_name(stream)  # ConfigError: 400, like every name the API takes
     return lag_plane(request.app).monitor
+
+
+def _known_stream(request: Request, stream: str | None, found: bool) -> None:
+    """NotFound (404) for a ``stream`` filter that matched nothing and names no stream
+    in the store. A stream with tracked partitions is known even if the store no longer
+    has it (deleted a moment ago: the monitor relabels on its next registry refresh)."""
+    if stream is None or found:
+        return
+    service = getattr(request.app.state, "service", None)
+    if isinstance(service, ControlPlaneService):
+        service.store.get_stream(stream)  # NotFound: "unknown stream 'x'"
 
 
 _422: dict[int | str, dict[str, Any]] = {
@@ -257,16 +278,23 @@ _422: dict[int | str, dict[str, Any]] = {
 _404: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "The group is not tracked."}
 }
+_404_STREAM: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "No such stream (the stream filter)."}
+}
 
 
-@lag_router.get("/v1/lag", response_model=LagOut, responses=_422, tags=["lag"])
+@lag_router.get("/v1/lag", response_model=LagOut, responses={**_404_STREAM, **_422}, tags=["lag"])
 def get_lag(request: Request, group: GroupFilter = None, stream: StreamFilter = None) -> LagOut:
-    """Per partition lag (time lag in seconds, offset lag, status) and per group totals."""
+    """Per partition lag (time lag in seconds, offset lag, status) and per group totals.
+
+    A group not tracked (yet) has empty lists; an unknown ``stream`` is 404."""
     monitor = _monitor(request, stream)
     if monitor is None:
+        _known_stream(request, stream, False)
         return LagOut(now_ms=0, monitor=False, groups=[], partitions=[])
     now = monitor.now_ms()
     parts = monitor.partitions(group=group, stream=stream, now_ms=now)
+    _known_stream(request, stream, bool(parts))
     by_group: dict[str, list[LabelledLag]] = {}
     for p in parts:
         by_group.setdefault(p.lag.group, []).append(p)
@@ -278,17 +306,25 @@ def get_lag(request: Request, group: GroupFilter = None, stream: StreamFilter = 
     )
 
 
-@lag_router.get("/v1/groups", response_model=list[GroupLagOut], responses=_422, tags=["lag"])
+@lag_router.get(
+    "/v1/groups",
+    response_model=list[GroupLagOut],
+    responses={**_404_STREAM, **_422},
+    tags=["lag"],
+)
 def list_groups(request: Request, stream: StreamFilter = None) -> list[GroupLagOut]:
-    """Every group with committed offsets on a registered cluster, with its lag."""
+    """Every group with committed offsets on a registered cluster, with its lag (an
+    unknown ``stream`` is 404)."""
     monitor = _monitor(request, stream)
-    if monitor is None:
-        return []
-    return [GroupLagOut.of(s) for s in monitor.groups(stream=stream)]
+    groups = [] if monitor is None else monitor.groups(stream=stream)
+    _known_stream(request, stream, bool(groups))
+    return [GroupLagOut.of(s) for s in groups]
 
 
 @lag_router.get(
-    "/v1/groups/{group}/lag/history",
+    # {group:path}: any group id, "/" included (sent as %2F, which the server decodes
+    # before routing). The fixed suffix keeps it from matching any other route.
+    "/v1/groups/{group:path}/lag/history",
     response_model=HistoryOut,
     responses={**_404, **_422},
     tags=["lag"],
