@@ -17,16 +17,26 @@ Inputs
 - ``observe_offset_timestamp(group, topic, partition, offset, timestamp_ms)``: for
   foreign groups, the timestamp of the record at ``offset`` (ListOffsets / a fetch);
   ``timestamp_lookups()`` lists the partitions that need one.
+- ``expect(group, topic, partition)``: a partition the group reads but has never
+  committed on (a streamplane consumer starts those at the log start). Until its first
+  commit it counts from the log start offset, ``observe_log_start(topic, partition,
+  start)`` (polled, shared like the end offset): its *position* is the log
+  start, and its timestamp is looked up like a foreign group's (``timestamp_lookups``).
+  A partition tracked with ``track()`` only and no commit stays unknown.
 
 Per-partition figures, at time ``now``
 ---------------------------------------
-- offset lag ``= max(0, end - committed)``; unknown (None) before the first commit or
-  the first end-offset observation.
-- time lag ``= 0`` when caught up (``committed >= end``); otherwise
-  ``max(0, now - ts) / 1000`` where ``ts`` is the ingestion timestamp of the record at the
-  committed offset (from a commit's low watermark, or a timestamp lookup *for that same
-  offset*: a record's timestamp never changes, so a lookup stays valid until the
-  committed offset moves); otherwise unknown (None).
+The *position* is the committed offset, or for an expected partition without a commit
+the log start offset (reported with ``committed_offset`` None).
+
+- offset lag ``= max(0, end - position)``; unknown (None) before the first commit (the
+  first log-start observation of an expected partition) or the first end-offset
+  observation.
+- time lag ``= 0`` when caught up (``position >= end``: an empty expected partition);
+  otherwise ``max(0, now - ts) / 1000`` where ``ts`` is the ingestion timestamp of the
+  record at the position (from a commit's low watermark, or a timestamp lookup *for that
+  same offset*: a record's timestamp never changes, so a lookup stays valid until the
+  position moves); otherwise unknown (None).
 - ``caught_up_ms``: the last time the partition was seen caught up (at a commit or an
   end-offset observation). It plays the part of Burrow's rule 1 ("lag was zero at some
   point of the window -> OK"): nothing below can fire on account of times before it.
@@ -46,7 +56,9 @@ if the lag never decreased, else OK. Here the same questions are asked in second
 2. ``STOP`` when no commit arrived for ``stop_after_s`` while work was pending:
    ``now - max(last_commit, caught_up) > stop_after_s``. Burrow's rule is relative to
    the commit cadence; an absolute threshold fits groups that commit only when they
-   make progress (librdkafka) and is what an alert wants.
+   make progress (librdkafka) and is what an alert wants. An expected partition never
+   committed on has had work pending since its first record was ingested: it stops when
+   its time lag (if known) exceeds ``stop_after_s`` since it was last caught up.
 3. ``STALL`` when commits still arrive but the offset does not move: a commit was seen
    after the offset last changed, and
    ``now - max(offset_changed, caught_up) > stall_after_s``.
@@ -81,7 +93,7 @@ from __future__ import annotations
 import enum
 import math
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -99,6 +111,7 @@ __all__ = [
 ]
 
 _NEVER = -(1 << 62)  # a time before any other: "not yet"
+_FROM_START = -2  # committed offset of an expected partition without a commit (-1: tracked)
 _NAN = math.nan
 _MAX_SAMPLED_OFFSET_LAG = (1 << 31) - 1  # history stores offset lags as int32
 
@@ -199,11 +212,12 @@ class LagAggregate:
 class _LogEnd:
     """The log-end offset of one topic-partition, shared by the groups reading it."""
 
-    __slots__ = ("end", "members", "observed_ms", "table")
+    __slots__ = ("end", "members", "observed_ms", "start", "table")
 
     def __init__(self, table: EndOffsetTable | None) -> None:
         self.end = -1
         self.observed_ms = _NEVER
+        self.start = -1  # the log start offset, polled for expected partitions only
         self.members: tuple[_Partition, ...] = ()  # usually one or two: a tuple is smaller
         self.table = table
 
@@ -232,13 +246,22 @@ class _Partition:
         self.base = base
         self.newest = 0
         self.count = 0
-        self.committed = -1
+        self.committed = -1  # or _FROM_START: expected, counts from the log start
         self.commit_ms = _NEVER
         self.changed_ms = _NEVER
         self.rewind_ms = _NEVER
         self.caught_up_ms = _NEVER
         self.ts_offset = -1
         self.ts_ms = 0
+
+
+def _position(p: _Partition) -> int:
+    """The offset a partition's lag counts from: its committed offset, or the log start
+    of an expected partition without a commit; -1 when unknown."""
+    committed = p.committed
+    if committed >= 0:
+        return committed
+    return p.log_end.start if committed == _FROM_START else -1
 
 
 class _Totals:
@@ -331,6 +354,27 @@ class LagModel:
         else:
             p.labels = labels
 
+    def expect(
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        *,
+        stream: str | None = None,
+        lane: str | None = None,
+        cluster: str | None = None,
+    ) -> None:
+        """Track a partition the group reads even if it never commits on it: until its
+        first commit it counts from the log start (``observe_log_start``)."""
+        self.track(group, topic, partition, stream=stream, lane=lane, cluster=cluster)
+        p = self._parts[(group, topic, partition)]
+        if p.committed < 0:
+            p.committed = _FROM_START
+
+    def has_commit(self, group: str, topic: str, partition: int) -> bool:
+        p = self._parts.get((group, topic, partition))
+        return p is not None and p.committed >= 0
+
     def forget(self, group: str, topic: str, partition: int) -> bool:
         """Stop tracking a partition (its offset was deleted). True if it was tracked."""
         p = self._parts.pop((group, topic, partition), None)
@@ -364,7 +408,7 @@ class LagModel:
         p = self._parts.get(key)
         if p is None:
             p = self._add(key, _NO_LABELS)
-        previous = p.committed
+        previous = p.committed  # -1 or _FROM_START before the first commit
         if offset != previous:
             if offset < previous:
                 p.rewind_ms = commit_ms
@@ -390,14 +434,21 @@ class LagModel:
         if log_end.table is not None:
             log_end.table.add(end_offset, observed_ms)
         for p in log_end.members:
-            committed = p.committed
-            if committed < 0:
+            position = p.committed
+            if position < 0 and (position != _FROM_START or (position := log_end.start) < 0):
                 continue
-            if committed >= end_offset:
+            if position >= end_offset:
                 p.caught_up_ms = observed_ms
                 self._push(p, observed_ms, 0.0, 0)
             else:
-                self._push(p, observed_ms, self._time_lag(p, observed_ms), end_offset - committed)
+                tlag = self._time_lag(p, position, observed_ms)
+                self._push(p, observed_ms, tlag, end_offset - position)
+
+    def observe_log_start(self, topic: str, partition: int, start: int) -> None:
+        """The log start offset of a topic-partition (what expected partitions without a
+        commit count from), observed in order. Observe it before the end offset of the
+        same poll: the end-offset observation takes the history sample."""
+        self._log_end(topic, partition).start = start
 
     def observe_offset_timestamp(
         self, group: str, topic: str, partition: int, offset: int, timestamp_ms: int
@@ -408,33 +459,61 @@ class LagModel:
             p.ts_offset = offset
             p.ts_ms = timestamp_ms
 
-    def sample(self, now_ms: int) -> None:
-        """Add a history sample at ``now_ms`` to every partition with a commit (call it on
-        a timer: end-offset observations sample only the groups of that partition)."""
-        for p in self._parts.values():
-            if p.committed >= 0:
+    def sample(
+        self, now_ms: int, topic_partitions: Iterable[tuple[str, int]] | None = None
+    ) -> None:
+        """Add a history sample at ``now_ms`` to every partition with a position (call it
+        on a timer: end-offset observations sample only the groups of that partition),
+        or only to those of ``topic_partitions`` (whose end offsets went unanswered:
+        their last known ends stand)."""
+        if topic_partitions is None:
+            members: Iterable[_Partition] = self._parts.values()
+        else:
+            ends = self._ends
+            members = [
+                p for tp in topic_partitions if (e := ends.get(tp)) is not None for p in e.members
+            ]
+        for p in members:
+            if _position(p) >= 0:
                 olag, tlag = self._lags(p, now_ms)
                 self._push(p, now_ms, tlag, olag)
+
+    def log_ends(self) -> list[tuple[str, int, int, int, int]]:
+        """(topic, partition, end, observed ms, log start) of every tracked topic-partition
+        with a known end offset (to save and ``restore_log_end`` after a restart)."""
+        return [
+            (topic, partition, e.end, e.observed_ms, e.start)
+            for (topic, partition), e in self._ends.items()
+            if e.end >= 0 and e.members
+        ]
+
+    def restore_log_end(
+        self, topic: str, partition: int, end: int, observed_ms: int, start: int = -1
+    ) -> None:
+        """Set a saved end offset (and log start) as observed at ``observed_ms``."""
+        if start >= 0:
+            self.observe_log_start(topic, partition, start)
+        self.observe_end_offset(topic, partition, end, observed_ms)
 
     # --- internals -----------------------------------------------------------------
 
     @staticmethod
-    def _time_lag(p: _Partition, now_ms: int) -> float:
+    def _time_lag(p: _Partition, position: int, now_ms: int) -> float:
         """Time lag of a partition known to be behind (NaN when unknown)."""
-        if p.ts_offset == p.committed:
+        if p.ts_offset == position:
             lag = (now_ms - p.ts_ms) / 1000.0
             return lag if lag > 0.0 else 0.0
         return _NAN
 
     def _lags(self, p: _Partition, now_ms: int) -> tuple[int, float]:
-        """(offset lag or -1, time lag or NaN) of a partition with a commit."""
+        """(offset lag or -1, time lag or NaN) of a partition with a position."""
         end = p.log_end.end
-        committed = p.committed
+        position = _position(p)
         if end >= 0:
-            if committed >= end:
+            if position >= end:
                 return 0, 0.0
-            return end - committed, self._time_lag(p, now_ms)
-        return -1, self._time_lag(p, now_ms)
+            return end - position, self._time_lag(p, position, now_ms)
+        return -1, self._time_lag(p, position, now_ms)
 
     def _push(self, p: _Partition, t: int, tlag: float, olag: int) -> None:
         if olag > _MAX_SAMPLED_OFFSET_LAG:
@@ -496,7 +575,10 @@ class LagModel:
         caught_up = p.caught_up_ms
         if p.rewind_ms > caught_up and now_ms - p.rewind_ms <= self._window_ms:
             return LagStatus.ERR
-        if now_ms - max(p.commit_ms, caught_up) > self._stop_ms:
+        last_commit = p.commit_ms
+        if last_commit == _NEVER:  # expected, never committed: pending since its first record
+            last_commit = now_ms - int(tlag * 1000.0) if tlag == tlag else now_ms
+        if now_ms - max(last_commit, caught_up) > self._stop_ms:
             return LagStatus.STOP
         if p.commit_ms > p.changed_ms and now_ms - max(p.changed_ms, caught_up) > self._stall_ms:
             return LagStatus.STALL
@@ -511,26 +593,28 @@ class LagModel:
         group, topic, partition = key
         log_end = p.log_end
         end = log_end.end if log_end.end >= 0 else None
-        if p.committed < 0:
+        position = _position(p)
+        committed = p.committed if p.committed >= 0 else None
+        if position < 0:
             return PartitionLag(
                 group, topic, partition, None, end, None, None, LagStatus.OK, None, p.labels
             )
         olag, tlag = self._lags(p, now_ms)
-        if end is not None and end < p.committed:
-            end = p.committed  # a commit newer than the last end-offset poll
+        if end is not None and end < position:
+            end = position  # a commit newer than the last end-offset poll
         estimate = None
         if log_end.table is not None:
-            estimate = log_end.table.time_lag_s(p.committed, now_ms)
+            estimate = log_end.table.time_lag_s(position, now_ms)
         return PartitionLag(
             group,
             topic,
             partition,
-            p.committed,
+            committed,
             end,
             olag if olag >= 0 else None,
             None if tlag != tlag else tlag,
             self._status(p, now_ms, olag, tlag),
-            p.commit_ms,
+            p.commit_ms if committed is not None else None,
             p.labels,
             estimate,
         )
@@ -567,7 +651,7 @@ class LagModel:
             if totals is None:
                 totals = acc[key] = _Totals()
             totals.partitions += 1
-            if p.committed < 0:
+            if _position(p) < 0:
                 continue
             olag, tlag = self._lags(p, now_ms)
             if olag > 0:
@@ -594,16 +678,16 @@ class LagModel:
         ]
 
     def timestamp_lookups(self) -> list[tuple[str, str, int, int]]:
-        """(group, topic, partition, committed offset) of the partitions that may be
-        behind (end offset above the committed offset, or unknown) and have no timestamp
-        for the record at their committed offset: what an adapter should look up for
-        foreign groups."""
+        """(group, topic, partition, position) of the partitions that may be behind (end
+        offset above the position, or unknown) and have no timestamp for the record at
+        their position: what an adapter should look up for foreign groups and for
+        expected partitions without a commit (the record at the log start)."""
         out = []
         for key, p in self._parts.items():
-            committed = p.committed
-            if committed < 0 or p.ts_offset == committed:
+            position = _position(p)
+            if position < 0 or p.ts_offset == position:
                 continue
             end = p.log_end.end
-            if end < 0 or committed < end:
-                out.append((*key, committed))
+            if end < 0 or position < end:
+                out.append((*key, position))
         return out

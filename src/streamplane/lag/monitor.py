@@ -3,14 +3,30 @@
 ``LagMonitor`` runs one ``ClusterWorker`` per cluster of its ``Topology`` (the control
 plane's store: clusters, and routing tables for the labels). A worker has two threads:
 
-- the *reader* follows ``__consumer_offsets`` (``OffsetsReader``) and feeds each commit to
-  the cluster's ``LagModel`` as it is read, so a commit is visible to queries within the
-  reader's poll interval (about 0.1 s); it saves the reader's snapshot every
+- the *reader* first replays the cluster's snapshot (commits and last known end
+  offsets), at once and without the cluster, so a monitor restarted while a cluster is
+  down still reports (and keeps aging) that cluster's lag; then it follows
+  ``__consumer_offsets`` (``OffsetsReader``) and feeds each commit to the cluster's
+  ``LagModel`` as it is read, so a commit is visible to queries within the reader's
+  poll interval (about 0.1 s). When the cluster answers, the reader checks the snapshot
+  (cluster id, positions): if it is not usable, the replayed state is dropped and the
+  topic reread. It saves the snapshot (with the model's end offsets) every
   ``snapshot_interval_s`` and on stop;
 - the *poller* asks for the log-end offsets of every tracked partition about every
-  ``end_offset_interval_s`` (one batched ListOffsets) and fetches the timestamps the
-  model asks for (``LagModel.timestamp_lookups``: foreign groups, and streamplane groups
-  that committed while caught up and have fallen behind since).
+  ``end_offset_interval_s`` (one batched ListOffsets; and the log start offsets of
+  expected partitions without a commit) and fetches the timestamps the model asks for
+  (``LagModel.timestamp_lookups``: foreign groups, streamplane groups that committed
+  while caught up and have fallen behind since, records at the log start). Partitions
+  whose end offsets go unanswered (a cluster down, or not reached yet after a restart)
+  keep their last known ends and are sampled into the history at the same interval.
+
+Expected partitions: a *streamplane* group (one whose commits carry the commit-log
+metadata) reads every partition of every readable segment (active, draining, sealed)
+of the lanes it has committed on, on every cluster; it starts a partition it has no
+commit for at the log start. ``LagMonitor.refresh`` gives each worker those partitions
+(``ClusterWorker.set_expected``; recomputed only when a group's lanes or a routing table
+change), and the model counts them from the log start until their first commit
+(``committed_offset`` None in the reports). Foreign groups are tracked as committed.
 
 Partitions are labelled with stream, lane and cluster from the routing tables (a
 physical topic belongs to one lane of one stream), refreshed every
@@ -34,21 +50,27 @@ from pathlib import Path
 from typing import Protocol
 
 from streamplane.core.lag import LagModel, LagSample, LagStatus, LagThresholds, PartitionLag
-from streamplane.core.routing import DLQ_LANE, RoutingTable
+from streamplane.core.routing import DLQ_LANE, RoutingTable, Segment
 from streamplane.exceptions import KafkaError, NotFound, StreamplaneError
 from streamplane.lag.reader import (
     CommitEvent,
     CommitKey,
+    LogEnd,
     LogEnds,
     OffsetsReader,
+    OffsetsSnapshot,
     ReaderStatus,
     TimestampLookup,
+    read_snapshot,
 )
 
 log = logging.getLogger(__name__)
 
 Route = tuple[str, str]
 """(stream, lane) of a physical topic."""
+
+GroupLane = tuple[str, str, str]
+"""(group, stream, lane): a lane a streamplane group reads."""
 
 
 class Topology(Protocol):
@@ -190,11 +212,20 @@ class ClusterWorker:
         self.model = LagModel(
             settings.thresholds, interpolation_points=settings.interpolation_points
         )
-        self._keys: dict[CommitKey, Route | None] = {}
+        self._keys: dict[CommitKey, Route | None] = {}  # every key the model tracks
+        # Streamplane commits with a route, the lanes they make their groups read (with
+        # how many keys say so) and a version bumped when that set of lanes changes.
+        self._sp_keys: dict[CommitKey, GroupLane] = {}
+        self._reads: dict[GroupLane, int] = {}
+        self._reads_version = 0
+        self._expected: set[CommitKey] = set()  # set by the monitor (set_expected)
+        self._uncommitted: set[CommitKey] = set()  # expected, no commit: log start polled
         self._dlq_partitions = dlq_partitions
         self._dlq_ends: dict[tuple[str, int], int] = {}
         # Why the last end-offset poll left partitions out (None: it answered for all).
         self.end_offsets_error: str | None = None
+        self._bucket_ms = max(1, round(settings.thresholds.history_interval_s * 1000))
+        self._unanswered_sampled_ms = -(1 << 62)
         self._stop = threading.Event()
         self._ready = threading.Event()
         # Set by the reader when a commit carries no timestamp for its committed record:
@@ -234,9 +265,53 @@ class ClusterWorker:
         d = self.settings.snapshot_dir
         return None if d is None else d / f"{re.sub(r'[^A-Za-z0-9._-]', '_', self.name)}.json"
 
+    def _replay_snapshot(self) -> OffsetsSnapshot | None:
+        """Replay the saved snapshot before the cluster is asked anything: its commits
+        and last known end offsets, as they were (checked when the cluster answers)."""
+        snapshot = read_snapshot(self._snapshot_path(), self.name)
+        if snapshot is None:
+            return None
+        self._apply([CommitEvent(k, s) for k, s in snapshot.commits.items()])
+        dlq = set(self._dlq_partitions(self.name))
+        with self.lock:
+            for (topic, partition), (end, observed_ms, start) in snapshot.ends.items():
+                self.model.restore_log_end(topic, partition, end, observed_ms, start)
+            self._dlq_ends = {tp: e[0] for tp, e in snapshot.ends.items() if tp in dlq}
+        n = len(snapshot.commits)
+        self.status = ReaderStatus(
+            self.name,
+            self.bootstrap,
+            resumed_from_snapshot=True,
+            snapshot_commits=n,
+            commits_tracked=n,
+        )
+        log.info(
+            "%s: replayed the lag snapshot (%d commits, %d end offsets, saved at %d)",
+            self.name,
+            n,
+            len(snapshot.ends),
+            snapshot.saved_ms,
+        )
+        return snapshot
+
+    def _drop_state(self) -> None:
+        """Forget everything (a replayed snapshot turned out not to be this cluster's)."""
+        with self.lock:
+            self.model = LagModel(
+                self.settings.thresholds, interpolation_points=self.settings.interpolation_points
+            )
+            self._keys = {}
+            self._sp_keys = {}
+            self._reads = {}
+            self._reads_version += 1
+            self._expected = set()
+            self._uncommitted = set()
+            self._dlq_ends = {}
+
     def _read_loop(self) -> None:
         reader = None
         try:
+            replayed = self._replay_snapshot()
             while not self._stop.is_set() and reader is None:
                 unreachable = _unreachable(self.bootstrap)
                 if unreachable is not None:  # no Kafka client for a cluster that is not there
@@ -247,7 +322,14 @@ class ClusterWorker:
                     self.name, self.bootstrap, snapshot_path=self._snapshot_path()
                 )
                 try:
-                    self._apply(candidate.open())
+                    events = candidate.open(replayed)
+                    if replayed is None:
+                        self._apply(events)
+                    elif not candidate.status.resumed_from_snapshot:
+                        log.warning("%s: dropping the replayed lag snapshot", self.name)
+                        self._drop_state()
+                        self._apply(events)
+                    # else: the events are the snapshot's commits, replayed already
                     reader = self._reader = candidate
                 except StreamplaneError as exc:
                     candidate.close()
@@ -278,8 +360,15 @@ class ClusterWorker:
                 reader.close()
 
     def _save(self, reader: OffsetsReader) -> None:
+        with self.lock:
+            ends: dict[tuple[str, int], LogEnd] = {
+                (t, p): (end, ms, start) for t, p, end, ms, start in self.model.log_ends()
+            }
+            ms = self._now_ms()
+            for tp, end in self._dlq_ends.items():
+                ends.setdefault(tp, (end, ms, -1))
         try:
-            reader.save_snapshot(self._now_ms())
+            reader.save_snapshot(self._now_ms(), ends)
         except (OSError, StreamplaneError) as exc:
             log.warning("%s: cannot save the lag snapshot: %s", self.name, exc)
 
@@ -287,20 +376,80 @@ class ClusterWorker:
         with self.lock:
             model = self.model
             keys = self._keys
+            sp_keys = self._sp_keys
+            uncommitted = self._uncommitted
             for ev in events:
                 group, topic, partition = key = ev.key
                 state = ev.state
                 if state is None:
+                    self._unread(key)
                     model.forget(group, topic, partition)
-                    keys.pop(key, None)
+                    if key in self._expected:  # still read: from the log start again
+                        stream, lane = keys[key] or (None, None)
+                        model.expect(*key, stream=stream, lane=lane, cluster=self.name)
+                        uncommitted.add(key)
+                    else:
+                        keys.pop(key, None)
                     continue
                 if key not in keys:
                     route = keys[key] = self._labels(self.name, topic)
                     stream, lane = route if route is not None else (None, None)
                     model.track(*key, stream=stream, lane=lane, cluster=self.name)
+                if uncommitted:
+                    uncommitted.discard(key)
+                if state.streamplane:
+                    if key not in sp_keys:
+                        self._read(key, keys[key])
+                elif sp_keys and key in sp_keys:
+                    self._unread(key)
                 model.observe_commit(*key, state.offset, state.commit_ms, state.low_watermark_ts_ms)
                 if state.low_watermark_ts_ms is None:
                     self._lookup_due.set()
+
+    def _read(self, key: CommitKey, route: Route | None) -> None:
+        """A streamplane commit on ``route``: its group reads that lane (under the lock)."""
+        if route is None:
+            return
+        lane = self._sp_keys[key] = (key[0], route[0], route[1])
+        n = self._reads.get(lane, 0)
+        self._reads[lane] = n + 1
+        if n == 0:
+            self._reads_version += 1
+
+    def _unread(self, key: CommitKey) -> None:
+        lane = self._sp_keys.pop(key, None)
+        if lane is None:
+            return
+        n = self._reads[lane] - 1
+        if n:
+            self._reads[lane] = n
+        else:
+            del self._reads[lane]
+            self._reads_version += 1
+
+    def reads(self) -> tuple[int, set[GroupLane]]:
+        """(version, the lanes streamplane groups have committed on here)."""
+        with self.lock:
+            return self._reads_version, set(self._reads)
+
+    def set_expected(self, wanted: Mapping[CommitKey, Route]) -> None:
+        """The partitions this cluster's groups read (``LagMonitor`` computes them): those
+        not tracked yet are tracked from the log start; those no longer read and never
+        committed on are dropped."""
+        with self.lock:
+            model = self.model
+            keys = self._keys
+            for key in self._expected.difference(wanted):
+                self._uncommitted.discard(key)
+                if not model.has_commit(*key):
+                    model.forget(*key)
+                    keys.pop(key, None)
+            for key, route in wanted.items():
+                if key not in keys:
+                    keys[key] = route
+                    model.expect(*key, stream=route[0], lane=route[1], cluster=self.name)
+                    self._uncommitted.add(key)
+            self._expected = set(wanted)
 
     def relabel(self) -> None:
         """Apply changed routes (a stream created after its group committed, a failover)."""
@@ -311,16 +460,24 @@ class ClusterWorker:
                     self._keys[key] = route
                     stream, lane = route if route is not None else (None, None)
                     self.model.track(*key, stream=stream, lane=lane, cluster=self.name)
+                    if key in self._sp_keys:
+                        self._unread(key)
+                        self._read(key, route)
 
     # --------------------------------------------------------------- poller thread
     def _poll_loop(self) -> None:
         ends: LogEnds | None = None
         lookup: TimestampLookup | None = None
         try:
-            self._ready.wait()
+            interval = self.settings.end_offset_interval_s
+            # Until the reader is connected (the cluster may be down), no clients: the
+            # replayed partitions keep their last known ends and are sampled as they age.
+            while not self._ready.wait(interval):
+                self._sample_unanswered(None)
+            if self._stop.is_set():
+                return
             ends = LogEnds(self.bootstrap)
             lookup = TimestampLookup(self.bootstrap)
-            interval = self.settings.end_offset_interval_s
             spacing = self.settings.lookup_spacing_s
             next_poll = time.monotonic()
             while not self._stop.is_set():
@@ -349,13 +506,16 @@ class ClusterWorker:
         dlq = self._dlq_partitions(self.name)
         with self.lock:
             wanted = {(t, p) for (_, t, p) in self._keys}
+            from_start = {(t, p) for (_, t, p) in self._uncommitted}
         if not wanted and not dlq:
             return
         asked = wanted | set(dlq)
         try:
+            starts = ends.fetch(from_start, earliest=True) if from_start else {}
             observed = ends.fetch(asked)
         except (KafkaError, StreamplaneError) as exc:
             self.end_offsets_error = f"end offsets: {exc}"
+            self._sample_unanswered(wanted)
             raise
         missing = len(asked) - len(observed)
         self.end_offsets_error = (
@@ -363,6 +523,8 @@ class ClusterWorker:
         )
         now = self._now_ms()
         with self.lock:
+            for (topic, partition), start in starts.items():
+                self.model.observe_log_start(topic, partition, start)
             # A dlq partition left out keeps its last known end (its records do not
             # vanish from /v1/lag/dlq while its cluster does not answer).
             last = self._dlq_ends
@@ -373,7 +535,20 @@ class ClusterWorker:
             }
             for (topic, partition), end in observed.items():
                 self.model.observe_end_offset(topic, partition, end, now)
+        if missing:
+            self._sample_unanswered(wanted.difference(observed))
         self._lookup_timestamps(lookup)
+
+    def _sample_unanswered(self, partitions: set[tuple[str, int]] | None) -> None:
+        """History samples for partitions whose end offsets went unanswered (None: all):
+        their last known ends stand and their time lag ages. At most once per history
+        bucket (a bucket keeps one point): cheap even for a large cluster that is down."""
+        now = self._now_ms()
+        if now - self._unanswered_sampled_ms < self._bucket_ms:
+            return
+        self._unanswered_sampled_ms = now
+        with self.lock:
+            self.model.sample(now, partitions)
 
     def _lookup_timestamps(self, lookup: TimestampLookup) -> None:
         with self.lock:
@@ -421,6 +596,7 @@ class LagMonitor:
         self._workers: dict[str, ClusterWorker] = {}
         self._routes: dict[tuple[str, str], Route] = {}
         self._dlq: dict[str, list[tuple[str, int]]] = {}
+        self._expected_basis: object = None
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -480,6 +656,31 @@ class LagMonitor:
             w.start()
         for w in current:
             w.relabel()
+        self._update_expected(tables, current)
+
+    def _update_expected(self, tables: list[RoutingTable], workers: list[ClusterWorker]) -> None:
+        """Give each worker the partitions its streamplane groups read and have not
+        committed on (every readable segment of the lanes a group has committed on, on
+        any cluster). Recomputed only when a group's lanes, a table or a worker change."""
+        reads = [(w, *w.reads()) for w in workers]
+        basis = (tuple((w.name, id(w), version) for w, version, _ in reads), tables)
+        if basis == self._expected_basis:
+            return
+        self._expected_basis = basis
+        lanes: dict[Route, list[Segment]] = {}
+        for table in tables:
+            for seg in table.segments:
+                if seg.readable:
+                    lanes.setdefault((table.stream, seg.lane), []).append(seg)
+        wanted: dict[str, dict[CommitKey, Route]] = {}
+        for group, stream, lane in set().union(*(r for _, _, r in reads)):
+            route = (stream, lane)
+            for seg in lanes.get(route, ()):
+                into = wanted.setdefault(seg.cluster, {})
+                for p in range(seg.partitions):
+                    into[(group, seg.topic, p)] = route
+        for w in workers:
+            w.set_expected(wanted.get(w.name, {}))
 
     def _label(self, cluster: str, topic: str) -> Route | None:
         route = self._routes.get((cluster, topic))

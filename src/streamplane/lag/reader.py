@@ -10,11 +10,14 @@ timestamp.
 
 Resuming: ``save_snapshot()`` writes the read position of every offsets partition and
 the last commit of every key to a small JSON file (atomically: temporary file and
-rename). ``open()`` loads it, replays the commits and seeks to the saved positions, so a
-restarted monitor only reads what was committed since. Without a usable snapshot (none,
-corrupt, another cluster id) it reads the topic from the beginning; either way
-``status`` says how long it took to catch up with the topic's end as it was at start
-(``catch_up_s``), and the time is logged.
+rename), with the last known end offsets the caller passes (the monitor's, so that a
+restart while the cluster is down still has them). ``read_snapshot()`` loads one
+without the cluster (the monitor replays it at once); ``open()`` checks it against the
+cluster (its cluster id, positions still in the log), replays the commits and seeks to
+the saved positions, so a restarted monitor only reads what was committed since.
+Without a usable snapshot (none, corrupt, another cluster id) it reads the topic from
+the beginning; either way ``status`` says how long it took to catch up with the topic's
+end as it was at start (``catch_up_s``), and the time is logged.
 
 ``LogEnds`` (log-end offsets through ``ListOffsets``, one batched request) and
 ``TimestampLookup`` (the timestamp of the record at an offset, by fetching it: for
@@ -52,6 +55,9 @@ SNAPSHOT_VERSION = 1
 
 CommitKey = tuple[str, str, int]
 """(group, topic, partition)"""
+
+LogEnd = tuple[int, int, int]
+"""(end offset, observed ms, log start offset or -1) of a topic-partition."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +98,15 @@ class ReaderStatus:
 # ------------------------------------------------------------------ snapshot (pure)
 @dataclass
 class OffsetsSnapshot:
-    """Positions in ``__consumer_offsets`` and the last commit of every key."""
+    """Positions in ``__consumer_offsets``, the last commit of every key and the last
+    known end offsets ((topic, partition) -> ``LogEnd``; absent from snapshots written
+    before they were saved: read as none)."""
 
     cluster_id: str | None
     positions: dict[int, int] = field(default_factory=dict)
     commits: dict[CommitKey, CommitState] = field(default_factory=dict)
     saved_ms: int = 0
+    ends: dict[tuple[str, int], LogEnd] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -110,6 +119,7 @@ class OffsetsSnapshot:
                     [g, t, p, s.offset, s.commit_ms, s.low_watermark_ts_ms, int(s.streamplane)]
                     for (g, t, p), s in self.commits.items()
                 ],
+                "ends": [[t, p, e, ms, start] for (t, p), (e, ms, start) in self.ends.items()],
             },
             separators=(",", ":"),
         )
@@ -128,15 +138,32 @@ class OffsetsSnapshot:
                 )
                 for g, t, p, o, ms, ts, sp in doc["commits"]
             }
+            ends = {
+                (str(t), int(p)): (int(e), int(ms), int(start))
+                for t, p, e, ms, start in doc.get("ends", ())
+            }
             cluster_id = doc.get("cluster_id")
             return cls(
                 None if cluster_id is None else str(cluster_id),
                 positions,
                 commits,
                 int(doc.get("saved_ms", 0)),
+                ends,
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CodecError(f"not a lag snapshot: {exc}") from None
+
+
+def read_snapshot(path: Path | None, cluster: str = "") -> OffsetsSnapshot | None:
+    """The snapshot at ``path``; None when there is none or it does not parse (logged).
+    Not checked against the cluster: ``OffsetsReader.open`` does that."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return OffsetsSnapshot.from_json(path.read_text())
+    except (OSError, CodecError) as exc:
+        log.warning("%s: ignoring lag snapshot %s: %s", cluster, path, exc)
+        return None
 
 
 def commit_state(record: OffsetCommit) -> CommitState:
@@ -191,11 +218,14 @@ class OffsetsReader:
         self.status = ReaderStatus(cluster, bootstrap)
 
     # --------------------------------------------------------------- life cycle
-    def open(self) -> list[CommitEvent]:
+    def open(self, snapshot: OffsetsSnapshot | None = None) -> list[CommitEvent]:
         """Assign every offsets partition (from the snapshot's positions when usable).
 
-        Returns the snapshot's commits as events (empty on a cold start). Raises
-        ``KafkaError`` when the cluster does not answer or has no offsets topic yet.
+        ``snapshot``: one already read (``read_snapshot``), instead of reading
+        ``snapshot_path``. Returns the snapshot's commits as events (empty on a cold
+        start or when the snapshot is not usable: ``status.resumed_from_snapshot`` says
+        which). Raises ``KafkaError`` when the cluster does not answer or has no offsets
+        topic yet.
         """
         self._opened_at = time.monotonic()
         try:
@@ -207,7 +237,9 @@ class OffsetsReader:
             raise KafkaError(f"{self.cluster} has no {OFFSETS_TOPIC} topic yet", retriable=True)
         self._cluster_id = md.cluster_id
         self._partitions = sorted(topic.partitions)
-        snapshot = self._load_snapshot()
+        snapshot = self._check_snapshot(
+            snapshot if snapshot is not None else read_snapshot(self.snapshot_path, self.cluster)
+        )
         positions = snapshot.positions if snapshot is not None else {}
         events: list[CommitEvent] = []
         if snapshot is not None:
@@ -304,8 +336,11 @@ class OffsetsReader:
         return out
 
     # --------------------------------------------------------------- snapshot
-    def save_snapshot(self, now_ms: int | None = None) -> bool:
-        """Write the snapshot (atomically). False when there is nowhere or nothing to save."""
+    def save_snapshot(
+        self, now_ms: int | None = None, ends: Mapping[tuple[str, int], LogEnd] | None = None
+    ) -> bool:
+        """Write the snapshot (atomically), with the last known ``ends`` when given.
+        False when there is nowhere or nothing to save."""
         if self.snapshot_path is None or not self._partitions:
             return False
         positions = self.positions()
@@ -316,6 +351,7 @@ class OffsetsReader:
             positions,
             self._commits,
             now_ms if now_ms is not None else int(time.time() * 1000),
+            dict(ends or {}),
         )
         path = self.snapshot_path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -324,15 +360,11 @@ class OffsetsReader:
         os.replace(tmp, path)
         return True
 
-    def _load_snapshot(self) -> OffsetsSnapshot | None:
+    def _check_snapshot(self, snapshot: OffsetsSnapshot | None) -> OffsetsSnapshot | None:
+        """The snapshot if it is of this cluster and its positions are still in the log."""
+        if snapshot is None:
+            return None
         path = self.snapshot_path
-        if path is None or not path.is_file():
-            return None
-        try:
-            snapshot = OffsetsSnapshot.from_json(path.read_text())
-        except (OSError, CodecError) as exc:
-            log.warning("%s: ignoring lag snapshot %s: %s", self.cluster, path, exc)
-            return None
         if snapshot.cluster_id != self._cluster_id:
             log.warning(
                 "%s: snapshot %s is of cluster id %s, not %s: reading from the beginning",
@@ -381,17 +413,23 @@ class OffsetsReader:
 
 # ------------------------------------------------------------------ log ends, timestamps
 class LogEnds:
-    """Log-end offsets (high watermarks) of many partitions in one ListOffsets call."""
+    """Log-end offsets (high watermarks), or log start offsets, of many partitions in one
+    ListOffsets call."""
 
     def __init__(self, bootstrap: str, extra_config: Mapping[str, Any] | None = None) -> None:
         self._admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(extra_config or {})})
 
     def fetch(
-        self, partitions: Iterable[tuple[str, int]], timeout: float = 5.0
+        self, partitions: Iterable[tuple[str, int]], timeout: float = 5.0, *, earliest: bool = False
     ) -> dict[tuple[str, int], int]:
-        """End offset per (topic, partition); partitions that fail are left out."""
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        request = {TopicPartition(t, p): latest for t, p in partitions}
+        """End offset (with ``earliest``: log start offset) per (topic, partition);
+        partitions that fail are left out."""
+        spec = (
+            OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+            if earliest
+            else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        )
+        request = {TopicPartition(t, p): spec for t, p in partitions}
         if not request:
             return {}
         futures = self._admin.list_offsets(request, request_timeout=timeout)
