@@ -583,3 +583,33 @@ def test_estimated_time_is_monotonic_in_the_offset(
     a, b = t.lookup(lo), t.lookup(hi)
     if a.time_ms is not None and b.time_ms is not None and a.kind == b.kind:
         assert a.time_ms <= b.time_ms + 1e-6
+
+
+def test_warn_when_the_lag_rises_after_a_dip() -> None:
+    """A lag that dipped by 0.35 s once, then rose from 15 s to 40 s: Burrow's "never
+    decreased" kept it OK for the whole window (a user's group; its realtime sibling at
+    24 s was WARN). The newer half of the samples is above the older half: WARN."""
+
+    def dip_then_slow(t: int) -> tuple[int, int | None] | None:
+        if t < 20:
+            return None
+        # 15 s behind, 14.65 s once (the history's sample at 80 s, taken before the
+        # commit at 80 s, sees the one at 70 s: 0.35 s below the sample at 50 s), then
+        # half speed: behind by 15 + (t - 70) / 2
+        behind = 15.0 + (t - 70) / 2 if t > 70 else (14.65 if t == 70 else 15.0)
+        at = t - behind
+        return (int(100 * at), int(1000 * at))
+
+    reports = run(LagModel(), 400, dip_then_slow)
+    assert reports[70].time_lag_s == pytest.approx(14.65)
+    assert reports[400].time_lag_s == pytest.approx(180.0)
+    assert reports[400].status is LagStatus.WARN
+
+
+def test_no_warn_on_a_sawtooth_that_does_not_rise() -> None:
+    def sawtooth(t: int) -> tuple[int, int | None] | None:
+        behind = 5 + (t % 60) / 3  # commits lag 5 to 25 s, over and over
+        return (int(100 * (t - behind)), int(1000 * (t - behind))) if t >= 30 else None
+
+    reports = run(LagModel(), 700, sawtooth)
+    assert {r.status for t, r in reports.items() if t >= 100} == {LagStatus.OK}
