@@ -149,7 +149,7 @@ def serve(
     from streamplane.controlplane.app import ControlPlaneSettings, create_app
     from streamplane.controlplane.failover_runtime import FailoverSettings
     from streamplane.controlplane.service import ControlPlaneService
-    from streamplane.controlplane.store import Store, display_url
+    from streamplane.controlplane.store import Store, display_url, lock_database_file
 
     if not token:
         token = read_token_file()
@@ -176,6 +176,9 @@ def serve(
         raise ConfigError(f"{_OPTION_OF.get(field, field)}: {first['msg']}") from None
     import uvicorn
 
+    _log_to_stderr(log_level)
+    # One replica per SQLite file: held until this process ends.
+    db_lock = lock_database_file(settings.db_url)
     sock = _bind(host, port)
     try:
         service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
@@ -196,6 +199,25 @@ def serve(
             service.close()
     finally:
         sock.close()
+        if db_lock is not None:
+            db_lock.close()
+
+
+def _log_to_stderr(log_level: str) -> None:
+    """The control plane's own log lines (leadership, database outages, sealing...) on
+    stderr beside uvicorn's, in its format and at ``--log-level``; without this only
+    warnings would show (through Python's last-resort handler)."""
+    import logging
+
+    from uvicorn.logging import DefaultFormatter
+
+    logger = logging.getLogger("streamplane")
+    logger.setLevel(log_level.upper())
+    if not any(getattr(h, "_streamplane_serve", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=False))
+        handler._streamplane_serve = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
 
 
 def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str]:

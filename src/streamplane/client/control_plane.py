@@ -8,7 +8,8 @@ Errors, always one line:
 - connection refused, DNS failure, timeout, dropped connection -> ``ControlPlaneUnavailable``
   (naming the URL), so callers can keep their cached routing (fail-static);
 - 404 -> ``NotFound``; 401/403 -> ``Unauthorized``; 409 -> ``Conflict``;
-- any other 4xx/5xx -> ``ControlPlaneError`` with ``status``.
+- any other 4xx/5xx -> ``ControlPlaneError`` with ``status``; a 5xx names the URL and
+  the server's detail (``control plane at URL: database unavailable: ...``).
 """
 
 from __future__ import annotations
@@ -350,14 +351,17 @@ def _error(resp: httpx.Response, url: str) -> ControlPlaneError:
     except ValueError:
         pass
     status = resp.status_code
+    request = resp.request
+    got = f"{request.method} {request.url.path} got HTTP {status} {resp.reason_phrase}".rstrip()
+    if status >= 500 and not detail:
+        # The server answered but failed without saying why (an older control plane's
+        # plain-text 500, or a proxy): it is there, so do not say nothing answers.
+        return ControlPlaneError(f"the server at {url} failed: {got}", status=status)
     if not detail or detail == "Not Found":
         # Not one of the control plane's own errors (they name what is wrong): another
         # server, or the control plane under a wrong base URL (a route it does not have).
-        request = resp.request
         return ControlPlaneError(
-            f"no streamplane control plane answers at {url}: {request.method} "
-            f"{request.url.path} got HTTP {status} {resp.reason_phrase}".rstrip(),
-            status=status,
+            f"no streamplane control plane answers at {url}: {got}", status=status
         )
     detail = _one_line(detail)
     if status == 404:
@@ -368,4 +372,5 @@ def _error(resp: httpx.Response, url: str) -> ControlPlaneError:
         return Conflict(detail, status=status)
     if status < 500:
         return ControlPlaneError(detail, status=status)
-    return ControlPlaneError(f"control plane error {status}: {detail}", status=status)
+    # The control plane's own 5xx, e.g. "database unavailable: ..." (503).
+    return ControlPlaneError(f"control plane at {url}: {detail}", status=status)

@@ -3,7 +3,9 @@
 Reads are open; mutations need ``Authorization: Bearer <token>`` (401 without one, 403
 with a wrong one). Every error is JSON ``{"detail": "<one line>"}``: streamplane
 errors map to 400 (ConfigError), 404 (NotFound), 409 (Conflict) and 502 (KafkaError,
-the cluster failed), request validation to 422. Handlers that touch the store or Kafka
+the cluster failed), request validation to 422, a database that does not answer to 503
+(with ``Retry-After``; one warning per outage in the log), anything else to 500 (one
+traceback in the log). Handlers that touch the store or Kafka
 are plain ``def`` (FastAPI runs them in worker threads); the routing watch is ``async``
 and waits on the ``WatchHub`` without holding a thread.
 """
@@ -17,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -48,7 +51,7 @@ from streamplane.controlplane.schemas import (
     StreamOut,
 )
 from streamplane.controlplane.service import ControlPlaneService, parse_tag_filter
-from streamplane.controlplane.store import Store
+from streamplane.controlplane.store import Store, unavailable_reason
 from streamplane.controlplane.tags_api import tags_router
 from streamplane.controlplane.watch import WatchHub
 from streamplane.core.assignment import AssignerConfig
@@ -62,6 +65,9 @@ from streamplane.exceptions import (
 )
 
 log = logging.getLogger(__name__)
+
+# Retry-After of a 503 while the database does not answer.
+DATABASE_RETRY_AFTER_S = 5
 
 
 class ControlPlaneSettings(BaseModel):
@@ -211,6 +217,29 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _validation_detail(exc)}, status_code=422)
+
+    async def _database_error(request: Request, exc: Exception) -> JSONResponse:
+        reason = unavailable_reason(exc)
+        if reason is None:  # a bug, not an outage
+            return await _unexpected(request, exc, logged=False)
+        svc.store.availability.down(reason)  # one warning per outage, not per request
+        return JSONResponse(
+            {"detail": f"database unavailable: {reason}"},
+            status_code=503,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        )
+
+    async def _unexpected(request: Request, exc: Exception, logged: bool = True) -> JSONResponse:
+        # Under ServerErrorMiddleware (logged=True) the server logs the traceback after
+        # this answer; errors handled here directly are logged here, once.
+        if not logged:
+            log.error("unexpected error in %s %s", request.method, request.url.path, exc_info=exc)
+        detail = f"internal error ({type(exc).__name__}): see the control plane's log"
+        return JSONResponse({"detail": detail}, status_code=500)
+
+    app.add_exception_handler(sa.exc.DBAPIError, _database_error)
+    app.add_exception_handler(sa.exc.TimeoutError, _database_error)  # no pooled connection
+    app.add_exception_handler(Exception, _unexpected)
 
     token = settings.api_token.encode()
     bearer = HTTPBearer(auto_error=False, description="The control plane's API token.")

@@ -11,6 +11,9 @@ twice or race to seal a segment.
   and releases the lock, so another replica takes over within about ``interval``. A
   leader that cannot check its connection (``SELECT 1`` fails or times out) steps down
   at once: it may have lost the lock without knowing.
+
+Becoming the leader and stepping down are each logged in one line (``serve`` shows the
+``streamplane`` loggers at its ``--log-level``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ class SingleReplica:
     is_leader = True
 
     def start(self) -> None:
-        pass
+        log.info("this replica is the leader (a single replica: SQLite, one per database file)")
 
     def stop(self) -> None:
         pass
@@ -80,6 +83,8 @@ class AdvisoryLockLeadership:
             return
         self._stop.clear()
         self._tick()  # decide before serving, so a lone replica leads from the start
+        if not self._leader:
+            log.info("this replica is a follower (another replica leads)")
         self._thread = threading.Thread(target=self._run, name="leadership", daemon=True)
         self._thread.start()
 
@@ -117,7 +122,13 @@ class AdvisoryLockLeadership:
         if leader != self._leader:
             self._leader = leader
             self.changes += 1
-            log.info("this replica is %s", "the leader" if leader else "a follower")
+            if leader:
+                log.info(
+                    "this replica is the leader (it holds the advisory lock; it runs the "
+                    "health checks and the sealer)"
+                )
+            else:
+                log.info("this replica is a follower")
 
     def _release(self) -> None:
         if self._conn is not None and self._leader:

@@ -3,7 +3,10 @@
 The ``schema_version`` table holds one row per applied migration. ``migrate`` applies
 every migration newer than the database, each in its own transaction together with its
 version row, so a crash leaves the database at a known version and a second run (or a
-second replica starting at the same time) does nothing more.
+second replica starting at the same time) does nothing more. On PostgreSQL the
+migrations of concurrent replicas are serialised by a transaction-level advisory lock
+(``pg_advisory_xact_lock``), taken before the ``schema_version`` table is created or
+read.
 
 Rules for adding a migration: append, never edit or reorder a released one; define the
 tables a migration creates inside it (a frozen copy), not from ``store.py``'s current
@@ -159,24 +162,56 @@ def _v5_deleted_stream_epochs(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v6_leader(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "control_plane_leader",
+        md,
+        sa.Column("slot", sa.String(16), primary_key=True),
+        sa.Column("replica", sa.String(128), nullable=False),
+        sa.Column("url", sa.String(1024), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
     Migration(3, "producer heartbeats, drained reports, cluster health", _v3_failover_state),
     Migration(4, "broker and topic tags", _v4_broker_and_topic_tags),
     Migration(5, "last epoch of deleted streams", _v5_deleted_stream_epochs),
+    Migration(6, "the leader's advertised URL", _v6_leader),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
+# A fixed key (any int64, not the leader lock's): "streamplane control-plane migrate".
+MIGRATION_LOCK_KEY = 0x5354_524D_4D49_0001
+
+
+def _serialize(conn: Connection) -> None:
+    """On PostgreSQL, wait for the migration lock (held until this transaction ends), so
+    replicas starting together on an empty database migrate one after the other: two
+    concurrent ``CREATE TABLE`` of the same name fail there (``relation already exists``,
+    or a duplicate key in ``pg_type``) instead of one waiting for the other. SQLite
+    serialises writers itself (and has one replica per file)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+
+def _version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table(schema_version_table.name):
+        return 0
+    version = conn.execute(sa.select(sa.func.max(schema_version_table.c.version))).scalar()
+    return int(version or 0)
+
+
 def current_version(engine: Engine) -> int:
     """The highest applied migration, 0 for an empty database."""
     with engine.connect() as conn:
-        if not sa.inspect(conn).has_table(schema_version_table.name):
-            return 0
-        version = conn.execute(sa.select(sa.func.max(schema_version_table.c.version))).scalar()
-    return int(version or 0)
+        return _version(conn)
 
 
 def migrate(
@@ -184,12 +219,17 @@ def migrate(
     target: int | None = None,
     migrations: tuple[Migration, ...] = MIGRATIONS,
 ) -> list[int]:
-    """Bring the database up to ``target`` (default: the latest). Returns what was applied."""
+    """Bring the database up to ``target`` (default: the latest). Returns what was applied.
+
+    Each migration runs in its own transaction with its version row. On PostgreSQL every
+    one of these transactions first takes the migration lock and reads the version again,
+    so concurrent callers apply each migration exactly once."""
     known = migrations[-1].version if migrations else 0
     target = known if target is None else target
     with engine.begin() as conn:
+        _serialize(conn)
         schema_version_table.create(conn, checkfirst=True)
-    version = current_version(engine)
+        version = _version(conn)
     if version > known:
         raise ConfigError(
             f"the control-plane database is at schema version {version}, newer than this "
@@ -201,8 +241,11 @@ def migrate(
             continue
         try:
             with engine.begin() as conn:
-                # The version row first: a replica migrating concurrently fails here, not
-                # halfway through the DDL (on databases whose DDL is transactional).
+                _serialize(conn)
+                if _applied(conn, m.version):
+                    continue  # another replica applied it meanwhile
+                # The version row first: a replica migrating concurrently without the
+                # lock (SQLite) fails here, not halfway through the DDL.
                 conn.execute(
                     schema_version_table.insert().values(
                         version=m.version, description=m.description, applied_at=datetime.now(UTC)
@@ -213,3 +256,10 @@ def migrate(
             continue  # another replica applied it first
         applied.append(m.version)
     return applied
+
+
+def _applied(conn: Connection, version: int) -> bool:
+    row = conn.execute(
+        sa.select(schema_version_table.c.version).where(schema_version_table.c.version == version)
+    ).first()
+    return row is not None

@@ -19,19 +19,28 @@ service does that with ``streamplane.core.routing``.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
 
 from streamplane.controlplane.migrations import current_version, migrate
 from streamplane.core.routing import RoutingTable, Segment, SegmentState
 from streamplane.exceptions import ConfigError, Conflict, NotFound
+
+log = logging.getLogger(__name__)
 
 _md = sa.MetaData()
 
@@ -100,8 +109,29 @@ def utcnow() -> datetime:
 
 
 def _aware(value: datetime) -> datetime:
-    # SQLite gives naive datetimes back; everything stored is UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    """``value`` as a UTC datetime. SQLite gives naive datetimes back (everything stored
+    is UTC); PostgreSQL gives them in the session's time zone."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class bytewise(sa.sql.functions.FunctionElement[str]):
+    """A name column compared by code point (UTF-8 byte order), whatever the database's
+    collation: ``ORDER BY bytewise(name)`` lists in the same order on SQLite (whose
+    default collation, BINARY, is byte order) and on PostgreSQL (``COLLATE "C"``)."""
+
+    inherit_cache = True
+    name = "bytewise"
+    type = sa.String()
+
+
+@compiles(bytewise)
+def _bytewise(element: bytewise, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
+
+@compiles(bytewise, "postgresql")
+def _bytewise_postgresql(element: bytewise, compiler: Any, **kw: Any) -> str:
+    return f'{compiler.process(element.clauses, **kw)} COLLATE "C"'
 
 
 @dataclass(frozen=True)
@@ -138,21 +168,54 @@ class AuditEntry:
     id: int | None = None
 
 
+# The PostgreSQL driver streamplane installs (psycopg 3). Plain ``postgresql://`` would
+# load SQLAlchemy's default, psycopg2, and ``postgres://`` (what many hosts hand out)
+# names no SQLAlchemy dialect at all: both mean this one.
+POSTGRES_DRIVER = "postgresql+psycopg"
+_POSTGRES_ALIASES = ("postgres", "postgresql")
+
+
+def _parse_url(url: str) -> sa.engine.URL:
+    """The parsed URL, PostgreSQL aliases mapped to the installed driver. Raises
+    ``ConfigError`` (one line, password masked) for a URL that does not parse."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        reason = " ".join(str(exc).split())
+        if isinstance(exc, ValueError):
+            reason = "the port is not a number"
+        raise ConfigError(f"invalid database URL {display_url(url)!r}: {reason}") from exc
+    driver = parsed.drivername
+    if driver in _POSTGRES_ALIASES:
+        parsed = parsed.set(drivername=POSTGRES_DRIVER)
+    elif driver.startswith("postgres+"):
+        parsed = parsed.set(drivername="postgresql+" + driver.split("+", 1)[1])
+    return parsed
+
+
+def normalize_url(url: str) -> str:
+    """``url`` with ``postgres://`` and ``postgresql://`` naming the installed driver
+    (``postgresql+psycopg://``); other URLs unchanged."""
+    parsed = _parse_url(url)
+    if parsed.drivername == sa.engine.make_url(url).drivername:
+        return url
+    return parsed.render_as_string(hide_password=False)
+
+
 def display_url(url: str) -> str:
     """``url`` with its password masked, for messages and logs."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url if "@" not in url else "<the database URL>"
+    except (sa.exc.ArgumentError, ValueError):
+        # Unparsable: mask what sits between "user:" and "@" all the same.
+        return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
 
 
 def _engine(url: str) -> Engine:
     shown = display_url(url)
-    try:
-        parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"invalid database URL {shown!r}: {exc}") from exc
-    is_sqlite = parsed.get_backend_name() == "sqlite"
+    parsed = _parse_url(url)
+    backend = parsed.get_backend_name()
+    is_sqlite = backend == "sqlite"
     if is_sqlite and (parsed.database in (None, "", ":memory:") or "mode=memory" in url):
         # Each connection of the pool would get an empty database of its own: the
         # schema made at start-up would be gone for the requests.
@@ -165,7 +228,10 @@ def _engine(url: str) -> Engine:
     try:
         engine = sa.create_engine(parsed)
     except (sa.exc.NoSuchModuleError, ModuleNotFoundError) as exc:
-        raise ConfigError(f"database URL {shown!r}: driver not installed ({exc})") from exc
+        raise ConfigError(
+            f"database URL {shown!r}: driver not installed ({exc}); "
+            f"use sqlite:///path/to/control-plane.db or {POSTGRES_DRIVER}://user@host:port/db"
+        ) from exc
     if is_sqlite:
 
         @sa.event.listens_for(engine, "connect")
@@ -175,21 +241,190 @@ def _engine(url: str) -> Engine:
             cur.execute("PRAGMA busy_timeout=10000")
             cur.close()
 
+    if backend == "postgresql":
+
+        @sa.event.listens_for(engine, "connect")
+        def _utc_session(dbapi_conn: Any, _record: Any) -> None:
+            # Timestamps come back in the session's time zone (a database or role may
+            # set another one): read them in UTC. _aware() converts anyway.
+            autocommit = dbapi_conn.autocommit
+            dbapi_conn.autocommit = True
+            try:
+                cur = dbapi_conn.cursor()
+                cur.execute("SET TIME ZONE 'UTC'")
+                cur.close()
+            finally:
+                dbapi_conn.autocommit = autocommit
+
     return engine
+
+
+def _watch_availability(engine: Engine, availability: DatabaseAvailability) -> None:
+    """Tell ``availability`` of every connection failure and every answered statement,
+    whoever runs it (requests, the health loop, the sealer, the watch poller)."""
+
+    @sa.event.listens_for(engine, "handle_error")
+    def _failed(context: sa.engine.ExceptionContext) -> None:
+        exc = context.sqlalchemy_exception or context.original_exception
+        reason = unavailable_reason(exc)
+        if reason is not None:
+            availability.down(reason)
+
+    @sa.event.listens_for(engine, "after_cursor_execute")
+    def _answered(*_: Any) -> None:
+        availability.up()
+
+
+# ---------------------------------------------------------------------- outages
+def _psycopg_connection_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return ()
+    # OperationalError: connection refused or lost, the server shutting down, a
+    # statement timeout; InterfaceError: a closed connection.
+    return (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+_PSYCOPG_CONNECTION_ERRORS = _psycopg_connection_errors()
+# SQLite's result codes of a database that cannot be used now (busy or locked by another
+# writer, cannot be opened, I/O error, full, read-only); "no such table" and syntax
+# errors are OperationalErrors too, but SQLITE_ERROR: bugs, not outages.
+_SQLITE_UNAVAILABLE = {5, 6, 7, 8, 10, 13, 14, 15}  # BUSY LOCKED NOMEM READONLY IOERR FULL ...
+_SQLITE_UNAVAILABLE_TEXT = ("database is locked", "unable to open", "disk", "readonly")
+_REASON_MAX = 300
+
+
+def _driver_unavailable(exc: BaseException | None) -> bool:
+    if isinstance(exc, _PSYCOPG_CONNECTION_ERRORS):
+        return True
+    if isinstance(exc, sqlite3.InterfaceError):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in _SQLITE_UNAVAILABLE
+        return any(t in str(exc) for t in _SQLITE_UNAVAILABLE_TEXT)
+    return False
+
+
+def unavailable_reason(exc: BaseException) -> str | None:
+    """One line saying why the database does not answer, if ``exc`` means that (a
+    connection refused, lost or timed out, SQLite's "database is locked", no connection
+    free in the pool); ``None`` for any other error (a bug, a constraint...)."""
+    cause: BaseException = exc
+    if isinstance(exc, sa.exc.TimeoutError):  # the pool: every connection is in use
+        pass
+    elif isinstance(exc, sa.exc.DBAPIError):
+        orig = exc.orig
+        if isinstance(orig, BaseException):
+            cause = orig
+        if not exc.connection_invalidated and not (
+            _driver_unavailable(orig)
+            or (
+                isinstance(exc, sa.exc.InterfaceError)
+                or (
+                    isinstance(exc, sa.exc.OperationalError) and not isinstance(orig, sqlite3.Error)
+                )
+            )
+        ):
+            return None
+    elif not _driver_unavailable(exc):
+        return None
+    reason = " ".join(str(cause).split()) or type(cause).__name__
+    return reason if len(reason) <= _REASON_MAX else reason[: _REASON_MAX - 3] + "..."
+
+
+class DatabaseAvailability:
+    """Whether the database answers, as the last statement or failure showed: one
+    warning when an outage starts, one line when it answers again (not one per
+    request)."""
+
+    def __init__(self, shown_url: str) -> None:
+        self._shown_url = shown_url
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self.reason: str | None = None  # while down
+        self.outages = 0
+
+    @property
+    def available(self) -> bool:
+        return self._down_since is None
+
+    def down(self, reason: str) -> None:
+        with self._lock:
+            self.reason = reason
+            if self._down_since is not None:
+                return
+            self._down_since = time.monotonic()
+            self.outages += 1
+        log.warning(
+            "database %s unavailable: %s (requests answer 503 until it answers again)",
+            self._shown_url,
+            reason,
+        )
+
+    def up(self) -> None:
+        if self._down_since is None:  # the common case: no lock
+            return
+        with self._lock:
+            since, self._down_since, self.reason = self._down_since, None, None
+        if since is not None:
+            log.warning(
+                "database %s answers again (after %.1f s)",
+                self._shown_url,
+                time.monotonic() - since,
+            )
+
+
+# ---------------------------------------------------------------------- one replica per file
+def lock_database_file(url: str) -> IO[str] | None:
+    """For a SQLite URL, hold an OS lock on ``<database file>.lock`` (``flock``, released
+    when the file is closed or the process ends); another holder means another control
+    plane serves that file: ``ConfigError``. ``None`` for other databases (several
+    replicas may share PostgreSQL). Keep the returned file open while serving."""
+    import fcntl
+
+    parsed = _parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    db_file = Path(parsed.database).resolve()
+    db_file.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = db_file.with_name(db_file.name + ".lock")
+    handle = open(lock_path, "a+")  # noqa: SIM115 - held for the process's life
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        handle.seek(0)
+        holder = handle.read().strip()
+        handle.close()
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise ConfigError(
+            f"another control plane{who} already serves the SQLite database {db_file} "
+            f"(it holds {lock_path}): one replica per database file; use PostgreSQL "
+            "for several replicas"
+        ) from exc
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 class Store:
     """All reads and writes of the control plane's state."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.engine = _engine(url)
+        self.url = normalize_url(url)  # postgres:// -> the installed driver
+        self.availability = DatabaseAvailability(display_url(self.url))
+        self.engine = _engine(self.url)
         try:
             migrate(self.engine)
         except sa.exc.DatabaseError as exc:  # unreachable, refused, not a database
             self.engine.dispose()
             reason = " ".join(str(exc.orig).split())  # drivers' messages span lines
             raise ConfigError(f"cannot open the database {display_url(url)!r}: {reason}") from exc
+        _watch_availability(self.engine, self.availability)  # outages from now on
 
     def close(self) -> None:
         self.engine.dispose()
@@ -227,7 +462,7 @@ class Store:
 
     def list_clusters(self) -> list[ClusterRecord]:
         with self.engine.connect() as conn:
-            rows = conn.execute(clusters.select().order_by(clusters.c.name)).all()
+            rows = conn.execute(clusters.select().order_by(bytewise(clusters.c.name))).all()
         return [_cluster(r) for r in rows]
 
     def update_cluster(
@@ -266,12 +501,11 @@ class Store:
     @staticmethod
     def _streams_on_cluster(conn: Connection, cluster: str) -> list[str]:
         rows = conn.execute(
-            sa.select(segments.c.stream)
-            .where(segments.c.cluster == cluster, segments.c.state != SegmentState.RETIRED.value)
-            .distinct()
-            .order_by(segments.c.stream)
+            sa.select(segments.c.stream).where(
+                segments.c.cluster == cluster, segments.c.state != SegmentState.RETIRED.value
+            )
         )
-        return [r.stream for r in rows]
+        return sorted({r.stream for r in rows})  # code point order, as bytewise()
 
     # ------------------------------------------------------------------ streams
     def add_stream(self, record: StreamRecord, table: RoutingTable, audit: AuditEntry) -> None:
@@ -301,7 +535,7 @@ class Store:
 
     def list_streams(self) -> list[StreamRecord]:
         with self.engine.connect() as conn:
-            rows = conn.execute(streams.select().order_by(streams.c.name)).all()
+            rows = conn.execute(streams.select().order_by(bytewise(streams.c.name))).all()
         return [_stream(r) for r in rows]
 
     def stream_with_routing(self, name: str) -> tuple[StreamRecord, RoutingTable]:
@@ -422,7 +656,9 @@ def _exists(conn: Connection, column: sa.Column[Any], value: str) -> bool:
 
 
 def _known_clusters(conn: Connection) -> str:
-    names = list(conn.execute(sa.select(clusters.c.name).order_by(clusters.c.name)).scalars())
+    names = list(
+        conn.execute(sa.select(clusters.c.name).order_by(bytewise(clusters.c.name))).scalars()
+    )
     return ", ".join(names) or "none"
 
 
