@@ -31,6 +31,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import threading
@@ -74,6 +76,7 @@ _MAX_BATCH = 500
 _BATCH_BUDGET_S = 0.05
 # The load reported to the Assigner is smoothed with this time constant (seconds).
 _LOAD_SMOOTHING_S = 5.0
+_STATS_INTERVAL_MS = 2000  # the fetching clients' statistics: partition watermarks
 
 # Records taken from the Kafka client at a time (each becomes a tracked Python object
 # here, and a StreamMessage when handed out). Kept under CPython's young-generation
@@ -599,7 +602,11 @@ class StreamConsumer:
         c = self._consumers.get((cluster, priority))
         if c is None:
             self._commit_store(cluster)
-            c = self._consumers[cluster, priority] = Consumer(self._client_config(cluster))
+            config = self._client_config(cluster)
+            if self._use_assigner:  # the backlog the Assigner is told (_backlog)
+                config["statistics.interval.ms"] = _STATS_INTERVAL_MS
+                config["stats_cb"] = functools.partial(self._on_stats, cluster)
+            c = self._consumers[cluster, priority] = Consumer(config)
             by_lane = sorted(self._consumers.items(), key=lambda item: -item[0][1])
             self._fetch_order = [(fetcher[0], client) for fetcher, client in by_lane]
         return c
@@ -1369,19 +1376,29 @@ class StreamConsumer:
 
     def _backlog(self, state: PartitionState) -> int:
         """Records between our next offset (the log's start before our first record)
-        and the partition's end as the last fetch saw it; 0 before any fetch. No broker
-        call: librdkafka's cached watermarks."""
-        client = self._consumers.get((state.key.cluster, state.priority))
-        if client is None:
-            return 0
-        try:
-            low, high = client.get_watermark_offsets(
-                TopicPartition(state.key.topic, state.key.partition), cached=True
-            )
-        except (_RawKafkaException, RuntimeError, TypeError):  # none cached / closed
+        and the partition's end, as the fetching client's last statistics gave them
+        (``_on_stats``); 0 before those. Read from the heartbeat's thread without
+        calling the client: its cached watermarks, asked from that thread, waited up to
+        1.8 s while the consuming thread sat in consume(), and the member's lease ran out."""
+        low, high = state.watermarks
+        if high < 0:
             return 0
         position = state.next_fetch if state.next_fetch is not None else max(low, 0)
         return max(0, high - position)
+
+    def _on_stats(self, cluster: str, stats_json: str) -> None:
+        """librdkafka's statistics of a fetching client (in the consuming thread, from
+        consume()): each partition's watermarks, for ``_backlog``."""
+        try:
+            topics = json.loads(stats_json).get("topics", {})
+        except ValueError:
+            return
+        states = self._states_by_cluster.get(cluster, {})
+        for topic, doc in topics.items():
+            for partition, p in doc.get("partitions", {}).items():
+                state = states.get((topic, int(partition)))
+                if state is not None and p.get("hi_offset", -1) >= 0:
+                    state.watermarks = (p.get("lo_offset", -1), p["hi_offset"])
 
     # ------------------------------------------------------------------ introspection
     @property

@@ -79,6 +79,7 @@ class PartitionState:
         "settled",
         "throughput",
         "times",
+        "watermarks",
     )
 
     def __init__(self, key: PartitionKey, lane: str, priority: int) -> None:
@@ -118,6 +119,9 @@ class PartitionState:
         self.fetched = 0  # records fetched (metrics; the Assigner's load, by difference)
         self.fetched_at_report = 0
         self.throughput: float | None = None  # records/s, smoothed (the Assigner's weight)
+        # (log start, end) as the fetching client's statistics last gave them; (-1, -1)
+        # before: the backlog reported to the Assigner.
+        self.watermarks = (-1, -1)
         self.paused = False
         self.revoked = False  # this member gave the partition up (its retries are dropped)
         self.restored_skips = 0

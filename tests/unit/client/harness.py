@@ -106,9 +106,6 @@ class NoKafka:
 
     def commit(self, items: object) -> None: ...
 
-    def get_watermark_offsets(self, partition: object, cached: bool = False) -> tuple[int, int]:
-        return (-1001, -1001)  # librdkafka's answer before any fetch
-
 
 def stand_in_consumer(
     broker: DlqBroker, partitions: int = 1, *, max_attempts: int = 2, retry_backoff: float = 0.1
