@@ -44,6 +44,7 @@ _OPTION_OF = {
     "db_url": "--db",
     "api_token": "--token",
     "lease_ttl_s": "--lease-ttl",
+    "failover.advertise_url": "--advertise-url",
     "failover.health_threshold": "--health-threshold",
     "failover.health_interval": "--health-interval",
     "failover.seal_grace": "--seal-grace",
@@ -125,6 +126,14 @@ _OPTION_OF = {
     show_default=True,
     help="Assigner: a member's work units are leased this many seconds past its heartbeat.",
 )
+@click.option(
+    "--advertise-url",
+    envvar="STREAMPLANE_ADVERTISE_URL",
+    default=None,
+    help="This replica's URL as the other replicas reach it; the leader publishes it and "
+    "followers forward the Assigner's requests there. Default: http://<host>:<port> (the "
+    "machine's name for 0.0.0.0).",
+)
 def serve(
     db_url: str,
     host: str,
@@ -141,6 +150,7 @@ def serve(
     seal_grace: float,
     sealing: bool,
     lease_ttl: float,
+    advertise_url: str | None,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -166,6 +176,7 @@ def serve(
             health_failover=health_failover,
             seal_grace=seal_grace,
             sealing_enabled=sealing,
+            advertise_url=advertise_url,
         )
         settings = ControlPlaneSettings(
             db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl
@@ -186,6 +197,11 @@ def serve(
             if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
                 names = import_local_fleet(service, data_dir)
                 progress(f"registered local clusters {', '.join(names)} from {data_dir}")
+            if settings.failover.advertise_url is None:
+                advertised = settings.failover.model_copy(
+                    update={"advertise_url": _advertised(*sock.getsockname()[:2])}
+                )
+                settings = settings.model_copy(update={"failover": advertised})
             app = create_app(settings, service)
             config = uvicorn.Config(
                 app, log_level=log_level, access_log=access_log, timeout_graceful_shutdown=5
@@ -265,6 +281,13 @@ def _bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     sock.set_inheritable(True)
     return sock
+
+
+def _advertised(host: str, port: int) -> str:
+    """The URL other replicas reach this one at, when --advertise-url is not given."""
+    if host in ("0.0.0.0", "::"):  # every interface: the machine's name
+        host = socket.getfqdn()
+    return f"http://{_url_host(host)}:{port}"
 
 
 def _url_host(host: str) -> str:

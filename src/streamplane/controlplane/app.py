@@ -34,6 +34,7 @@ from streamplane.controlplane.failover_api import failover_router
 from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
 from streamplane.controlplane.groups_api import groups_router
 from streamplane.controlplane.lag_api import lag_router, start_lag_plane
+from streamplane.controlplane.leader_proxy import LeaderProxy
 from streamplane.controlplane.schemas import (
     CLUSTER_NAME_PATTERN,
     STREAM_NAME_PATTERN,
@@ -180,6 +181,7 @@ def create_app(
         failover_rt.start()
         yield
         failover_rt.stop()
+        await leader_proxy.close()
         lag_plane.stop()
         hub.close()
         if owned:
@@ -269,6 +271,12 @@ def create_app(
     app.include_router(
         groups_router(assigner, require_token, _errors, lambda: failover_rt.is_leader)
     )
+    # A follower forwards the Assigner's routes to the leader (groups_router's 503 is for
+    # a request that reaches a follower anyway: forwarded once already).
+    leader_proxy = LeaderProxy(
+        lambda: failover_rt.is_leader, failover_rt.leader_url, failover_rt.replica
+    )
+    app.middleware("http")(leader_proxy)
     app.include_router(failover_router(failover_rt, require_token))
 
     # ------------------------------------------------------------------ health

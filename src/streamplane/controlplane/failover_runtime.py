@@ -52,6 +52,9 @@ from streamplane.exceptions import Conflict, NotFound, StreamplaneError
 log = logging.getLogger(__name__)
 
 ClusterIOFactory = Callable[[str], ClusterIO]
+# The leader republishes its URL this often; followers trust a publication this recent.
+LEADER_REPUBLISH_S = 5.0
+LEADER_STALE_S = 30.0
 # The leader rewrites a cluster's health row at least this often (its "checked at").
 HEALTH_REWRITE_S = 5.0
 # A health record not rewritten for this long is no one's current view (health checks
@@ -92,6 +95,13 @@ class FailoverSettings(BaseModel):
     leader_interval: float = Field(
         default=0.5, gt=0, description="How often a follower tries to become the leader."
     )
+    advertise_url: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="This replica's URL as the other replicas reach it: the leader "
+        "publishes it, and followers forward the Assigner's requests there.",
+    )
 
 
 def _process_id() -> str:
@@ -123,6 +133,7 @@ class FailoverRuntime:
             lambda bootstrap: KafkaClusterIO(bootstrap, settings.health_timeout)
         )
         self._clock = clock
+        self._leader_cache: tuple[float, str | None] | None = None
         self._ios: dict[str, ClusterIO] = {}
         self._io_lock = threading.Lock()
         self._stop = threading.Event()
@@ -143,6 +154,8 @@ class FailoverRuntime:
         self.started = True
         self._stop.clear()
         self.leadership.start()
+        if self.settings.advertise_url is not None:
+            self._spawn(self._publish_loop, "leader-url")
         if self.settings.health_enabled:
             self._spawn(self._health_loop, "health")
         if self.settings.sealing_enabled:
@@ -167,6 +180,48 @@ class FailoverRuntime:
     @property
     def is_leader(self) -> bool:
         return self.leadership.is_leader
+
+    def _publish_loop(self) -> None:
+        """While leading, keep the advertised URL published (at once on becoming the
+        leader, then every LEADER_REPUBLISH_S)."""
+        url = self.settings.advertise_url
+        assert url is not None
+        published_at: float | None = None
+        while not self._stop.wait(self.settings.leader_interval):
+            if not self.is_leader:
+                published_at = None
+                continue
+            now = self._clock()
+            if published_at is not None and now - published_at < LEADER_REPUBLISH_S:
+                continue
+            try:
+                self.store.publish_leader(self.replica, url)
+                published_at = now
+            except Exception as exc:
+                log.warning("publishing the leader's URL failed: %s", _describe(exc))
+
+    def leader_url(self) -> str | None:
+        """Where the leader answers, as it published it (cached for a second); None when
+        nothing recent is published, or what is published is this replica's own URL
+        from when it led."""
+        now = self._clock()
+        cached = self._leader_cache
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+        url: str | None = None
+        try:
+            record = self.store.leader()
+        except Exception as exc:
+            log.debug("reading the leader's URL failed: %s", exc)
+            record = None
+        if (
+            record is not None
+            and record.replica != self.replica
+            and utcnow() - record.updated_at < timedelta(seconds=LEADER_STALE_S)
+        ):
+            url = record.url
+        self._leader_cache = (now, url)
+        return url
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)

@@ -52,6 +52,22 @@ cluster_health = sa.Table(
     sa.Column("replica", sa.String(128), nullable=False),
 )
 
+control_plane_leader = sa.Table(
+    "control_plane_leader",
+    _md,
+    sa.Column("slot", sa.String(16), primary_key=True),
+    sa.Column("replica", sa.String(128), nullable=False),
+    sa.Column("url", sa.String(1024), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    replica: str
+    url: str
+    updated_at: datetime
+
 
 @dataclass(frozen=True)
 class HealthRecord:
@@ -200,3 +216,21 @@ class FailoverStore:
             )
             for r in rows
         }
+
+    # ------------------------------------------------------------------ leader
+    def publish_leader(self, replica: str, url: str) -> None:
+        """The leading replica's advertised URL, for followers to forward to."""
+        self._write(
+            control_plane_leader,
+            {"slot": "leader"},
+            {"replica": replica, "url": url[:1024], "updated_at": utcnow()},
+        )
+
+    def leader(self) -> LeaderRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                control_plane_leader.select().where(control_plane_leader.c.slot == "leader")
+            ).first()
+        if row is None:
+            return None
+        return LeaderRecord(row.replica, row.url, _aware(row.updated_at))

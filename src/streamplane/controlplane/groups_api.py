@@ -59,19 +59,20 @@ def groups_router(
     is_leader: Callable[[], bool],
 ) -> APIRouter:
     """The router; ``require_token`` is the app's token check, ``errors`` documents errors,
-    ``is_leader`` tells whether this replica leads (only the leader's Assigner answers:
-    a follower answers 503)."""
+    ``is_leader`` tells whether this replica leads (only the leader's Assigner answers;
+    followers forward, ``leader_proxy``)."""
     router = APIRouter(tags=["groups"])
 
     def leader_only() -> None:
         leader = is_leader()
         assigner.lead(leader)
         if not leader:
+            # Followers forward these routes to the leader (leader_proxy): this one
+            # stopped leading since, or was forwarded to while not leading.
             raise HTTPException(
                 503,
-                "this control-plane replica is a follower: groups are served by the "
-                "leader's Assigner only; point consumers at the leader (its GET "
-                "/v1/health/clusters answers leader: true)",
+                "this control-plane replica is not the leader (leadership is moving): "
+                "groups are served by the leader's Assigner only",
                 headers={"Retry-After": "1"},
             )
 

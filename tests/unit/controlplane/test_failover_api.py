@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.failover_runtime import (
     HEALTH_STALE_S,
+    LEADER_STALE_S,
     FailoverRuntime,
     FailoverSettings,
 )
@@ -486,3 +487,18 @@ def test_empty_topics_left_by_a_killed_failover_are_adopted(
     moved = failover(fhttp)
     assert moved["epoch"] == 2
     assert {"sp.orders.realtime.e2", "sp.orders.bulk.e2"} <= set(kafka.on("local-b"))
+
+
+def test_followers_read_the_leaders_published_url(runtime: FailoverRuntime, clock: Clock) -> None:
+    assert runtime.leader_url() is None  # nothing published
+    runtime.store.publish_leader("other-host:1:abcdef", "http://cp-2:8470")
+    clock.now += 2  # past the one-second cache
+    assert runtime.leader_url() == "http://cp-2:8470"
+    runtime.store.publish_leader(runtime.replica, "http://me:8470")
+    clock.now += 2
+    assert runtime.leader_url() is None  # its own, from when it led: not a leader to call
+    runtime.store.publish_leader("other-host:1:abcdef", "http://cp-2:8470")
+    clock.now += 2
+    later = datetime.now(UTC) + timedelta(seconds=LEADER_STALE_S + 1)
+    with mock.patch("streamplane.controlplane.failover_runtime.utcnow", return_value=later):
+        assert runtime.leader_url() is None  # not republished for 30 s: stale
