@@ -168,9 +168,8 @@ class FailoverStore:
                 sa.select(segments.c.stream)
                 .where(segments.c.state.in_([s.value for s in states]))
                 .distinct()
-                .order_by(segments.c.stream)
             )
-            return [r.stream for r in rows]
+            return sorted(r.stream for r in rows)  # code points, whatever the collation
 
     def failover_time(self, stream: str, to_epoch: int) -> datetime | None:
         """When the failover that created epoch ``to_epoch`` of ``stream`` was saved."""

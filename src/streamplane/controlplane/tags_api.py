@@ -37,7 +37,7 @@ from streamplane.controlplane.service import (
     validate_tags,
     validate_topic_config,
 )
-from streamplane.controlplane.store import AuditEntry, utcnow
+from streamplane.controlplane.store import AuditEntry, bytewise, utcnow
 from streamplane.core.mapper import (
     Broker,
     BrokerMap,
@@ -256,7 +256,9 @@ def list_topic_tags(
     wanted = parse_tag_filter(tag or [])
     with svc.store.engine.connect() as conn:
         rows = conn.execute(
-            topic_tags.select().where(topic_tags.c.cluster == name).order_by(topic_tags.c.topic)
+            topic_tags.select()
+            .where(topic_tags.c.cluster == name)
+            .order_by(bytewise(topic_tags.c.topic))
         ).all()
     return [
         TopicTagsOut(cluster=name, topic=r.topic, tags=dict(r.tags))

@@ -212,6 +212,10 @@ def test_lists_are_in_code_point_order_whatever_the_collation(collated_url: str)
             )
         assert [c.name for c in store.list_clusters()] == sorted(NAMES)
         assert [s.name for s in store.list_streams()] == sorted(streams)
+        from streamplane.controlplane.failover_store import FailoverStore
+        from streamplane.core.routing import SegmentState
+
+        assert FailoverStore(store.engine).streams_with(SegmentState.ACTIVE) == sorted(streams)
     finally:
         store.close()
 
