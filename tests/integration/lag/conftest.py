@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -48,3 +49,14 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 20.0) ->
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:8]}"
+
+
+def metric_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the Prometheus sample ``name`` with these labels in ``text``."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        if all(got.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 import threading
 import time
@@ -27,7 +26,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import commit, unique, wait_for
+from tests.integration.lag.conftest import commit, metric_value, unique, wait_for
 
 RATE = 40.0  # records/s produced
 HANDLE_S = 1 / 20.0  # the consumer handles 20 records/s: it falls behind 0.5 s per second
@@ -126,16 +125,6 @@ def test_time_lag_is_within_a_second_of_the_truth(
         assert needle in text, needle
 
 
-def _metric(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
-
-
 def test_a_commit_shows_in_metrics_within_a_second(
     control_plane: ControlPlaneProcess,
     fleet: FleetDescriptor,
@@ -158,7 +147,9 @@ def test_a_commit_shows_in_metrics_within_a_second(
 
         def seen(want: int = offset) -> bool:
             text = httpx.get(f"{control_plane.url}/metrics", timeout=5).text
-            value = _metric(text, "streamplane_group_committed_offset", group=group, topic=topic)
+            value = metric_value(
+                text, "streamplane_group_committed_offset", group=group, topic=topic
+            )
             return value == want
 
         wait_for(f"offset {offset} in /metrics", seen, 10)
@@ -166,7 +157,7 @@ def test_a_commit_shows_in_metrics_within_a_second(
     print(f"\ncommit -> /metrics: {', '.join(f'{d * 1000:.0f} ms' for d in delays)}")
     assert max(delays) < 1.0
     text = httpx.get(f"{control_plane.url}/metrics", timeout=5).text
-    assert _metric(text, "streamplane_group_time_lag_seconds", group=group) is not None
+    assert metric_value(text, "streamplane_group_time_lag_seconds", group=group) is not None
     assert 'streamplane_http_requests_total{method="GET",route="/metrics"' in text
 
 

@@ -11,7 +11,6 @@ report 0 s / OK because records landed where it never committed:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from streamplane.cli.lag import lag as lag_cli
 from streamplane.client.consumer import StreamConsumer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import unique, wait_for
+from tests.integration.lag.conftest import metric_value, unique, wait_for
 
 
 def produce(bootstrap: str, topic: str, partition: int, n: int) -> None:
@@ -76,13 +75,7 @@ def group_summary(cp: ControlPlaneProcess, group: str) -> dict[str, Any]:
 
 
 def metric(cp: ControlPlaneProcess, name: str, **labels: str) -> float | None:
-    for line in httpx.get(f"{cp.url}/metrics", timeout=10).text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    return metric_value(httpx.get(f"{cp.url}/metrics", timeout=10).text, name, **labels)
 
 
 def test_a_failed_over_lane_is_tracked_from_the_log_start(
