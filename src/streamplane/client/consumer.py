@@ -1343,9 +1343,9 @@ class StreamConsumer:
 
         Over a heartbeat's 0.3 s alone the rates were noise (records are fetched and
         handed out a batch at a time: a unit read 0, then a whole fetch's worth), and the
-        Assigner's load-driven passes moved units back and forth on it. The backlog (the
-        partition's end, as the last fetch saw it, minus our next offset) tells the
-        Assigner that the member runs flat out."""
+        Assigner's load-driven passes moved units back and forth on it. The backlog
+        (``_backlog``: the partition's end, from the fetching client's statistics, minus
+        our next offset) tells the Assigner that the member runs flat out."""
         assert self._membership is not None
         now = time.monotonic()
         since, delivered_before = self._last_load
