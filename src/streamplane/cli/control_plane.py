@@ -45,6 +45,7 @@ _OPTION_OF = {
     "api_token": "--token",
     "lease_ttl_s": "--lease-ttl",
     "failover.advertise_url": "--advertise-url",
+    "failover.leader_lease": "--leader-lease",
     "failover.health_threshold": "--health-threshold",
     "failover.health_interval": "--health-interval",
     "failover.seal_grace": "--seal-grace",
@@ -134,6 +135,14 @@ _OPTION_OF = {
     "followers forward the Assigner's requests there. Default: http://<host>:<port> (the "
     "machine's name for 0.0.0.0).",
 )
+@click.option(
+    "--leader-lease",
+    type=click.FloatRange(min=2.0, max=300),
+    default=10.0,
+    show_default=True,
+    help="PostgreSQL: seconds a leader that stopped answering (hung, stopped) keeps the "
+    "leadership before its session is ended and another replica takes over.",
+)
 def serve(
     db_url: str,
     host: str,
@@ -151,6 +160,7 @@ def serve(
     sealing: bool,
     lease_ttl: float,
     advertise_url: str | None,
+    leader_lease: float,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -177,6 +187,7 @@ def serve(
             seal_grace=seal_grace,
             sealing_enabled=sealing,
             advertise_url=advertise_url,
+            leader_lease=leader_lease,
         )
         settings = ControlPlaneSettings(
             db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl

@@ -30,11 +30,11 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamplane.controlplane.cluster_io import ClusterIO, KafkaClusterIO
 from streamplane.controlplane.failover_store import FailoverStore, HealthRecord
-from streamplane.controlplane.leadership import Leadership, leadership_for
+from streamplane.controlplane.leadership import DEFAULT_LEASE_S, Leadership, leadership_for
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.controlplane.store import AuditEntry, utcnow
 from streamplane.core.failover import (
@@ -95,6 +95,12 @@ class FailoverSettings(BaseModel):
     leader_interval: float = Field(
         default=0.5, gt=0, description="How often a follower tries to become the leader."
     )
+    leader_lease: float = Field(
+        default=DEFAULT_LEASE_S,
+        gt=0,
+        description="Seconds a silent leader (stopped, hung) keeps the leadership "
+        "(PostgreSQL): then its session is ended and another replica takes over.",
+    )
     advertise_url: str | None = Field(
         default=None,
         max_length=1024,
@@ -102,6 +108,15 @@ class FailoverSettings(BaseModel):
         description="This replica's URL as the other replicas reach it: the leader "
         "publishes it, and followers forward the Assigner's requests there.",
     )
+
+    @model_validator(mode="after")
+    def _lease_outlasts_checks(self) -> FailoverSettings:
+        if not self.leader_lease > 2 * self.leader_interval:
+            raise ValueError(
+                f"leader_lease ({self.leader_lease} s) must be more than twice "
+                f"leader_interval ({self.leader_interval} s)"
+            )
+        return self
 
 
 def _process_id() -> str:
@@ -127,7 +142,9 @@ class FailoverRuntime:
         self.service = service
         self.settings = settings
         self.store = FailoverStore(service.store.engine)
-        self.leadership = leadership or leadership_for(service.store.url, settings.leader_interval)
+        self.leadership = leadership or leadership_for(
+            service.store.url, settings.leader_interval, settings.leader_lease
+        )
         self.replica = replica_id()
         self._io_factory = io_factory or (
             lambda bootstrap: KafkaClusterIO(bootstrap, settings.health_timeout)

@@ -12,6 +12,14 @@ twice or race to seal a segment.
   leader that cannot check its connection (``SELECT 1`` fails or times out) steps down
   at once: it may have lost the lock without knowing.
 
+  Leadership is a lease of ``lease`` seconds: the lock connection is opened with
+  PostgreSQL's ``idle_session_timeout`` at ``lease``, and the leader renews it with its
+  ``SELECT 1`` every ``interval``. A leader that stops running without dying (stopped,
+  swapped out, hung) goes quiet; PostgreSQL ends its session after ``lease`` seconds and
+  the lock passes on, where before it was held until the process died. A leader that
+  has not renewed within ``lease`` no longer reports itself the leader, so when it runs
+  again it does not act on leadership it has lost while its next check is under way.
+
 Becoming the leader and stepping down are each logged in one line (``serve`` shows the
 ``streamplane`` loggers at its ``--log-level``).
 """
@@ -20,6 +28,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import sqlalchemy as sa
@@ -30,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # A fixed key (any int64): "streamplane control-plane leader".
 LEADER_LOCK_KEY = 0x5354_524D_4C44_0001
+# A leader silent this long loses its session, hence the lock (PostgreSQL ends it).
+DEFAULT_LEASE_S = 10.0
 
 
 class Leadership(Protocol):
@@ -56,27 +68,47 @@ class SingleReplica:
 class AdvisoryLockLeadership:
     """Leader while holding a PostgreSQL advisory lock on a dedicated connection."""
 
-    def __init__(self, url: str, interval: float = 0.5, check_timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        interval: float = 0.5,
+        check_timeout_s: float = 2.0,
+        lease: float = DEFAULT_LEASE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not lease > 2 * interval:
+            raise ValueError(
+                f"the leader's lease ({lease} s) must be more than twice its check "
+                f"interval ({interval} s)"
+            )
         timeout_ms = int(check_timeout_s * 1000)
+        lease_ms = int(lease * 1000)
         self._engine: Engine = sa.create_engine(
             url,
             poolclass=NullPool,
             connect_args={
                 "connect_timeout": max(1, int(check_timeout_s)),
-                "options": f"-c statement_timeout={timeout_ms}",
+                "options": (
+                    f"-c statement_timeout={timeout_ms} -c idle_session_timeout={lease_ms}"
+                ),
                 "application_name": "streamplane-leader",
             },
         )
         self._interval = interval
+        self._lease = lease
+        self._clock = clock
         self._conn: Connection | None = None
         self._leader = False
+        self._renewed_at = 0.0  # when the leader last confirmed its session (clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0  # how many times leadership was gained or lost (for tests)
 
     @property
     def is_leader(self) -> bool:
-        return self._leader
+        """Holding the lock, as confirmed within the lease (a leader that was not running
+        for longer may have lost it)."""
+        return self._leader and self._clock() - self._renewed_at < self._lease
 
     def start(self) -> None:
         if self._thread is not None:
@@ -106,11 +138,13 @@ class AdvisoryLockLeadership:
                 self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             if self._leader:
                 self._conn.execute(sa.text("SELECT 1"))
+                self._renewed_at = self._clock()
                 return
             got = self._conn.execute(
                 sa.text("SELECT pg_try_advisory_lock(:key)"), {"key": LEADER_LOCK_KEY}
             ).scalar()
             if got:
+                self._renewed_at = self._clock()
                 self._set(True)
         except Exception as exc:
             if self._leader:
@@ -150,9 +184,9 @@ class AdvisoryLockLeadership:
                 log.debug("closing the lock connection failed: %s", exc)
 
 
-def leadership_for(url: str, interval: float = 0.5) -> Leadership:
+def leadership_for(url: str, interval: float = 0.5, lease: float = DEFAULT_LEASE_S) -> Leadership:
     """Advisory-lock leadership on PostgreSQL, a single replica elsewhere."""
     backend = sa.engine.make_url(url).get_backend_name()
     if backend == "postgresql":
-        return AdvisoryLockLeadership(url, interval)
+        return AdvisoryLockLeadership(url, interval, lease=lease)
     return SingleReplica()

@@ -3,7 +3,13 @@ state, and the advisory-lock leadership."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -92,6 +98,58 @@ def test_one_leader_and_takeover(pg_url: str) -> None:
     finally:
         first.stop()
         second.stop()
+
+
+# A leader in a process of its own that prints "leader" / "follower" as it changes.
+_LEADER_PROCESS = """
+import sys, time
+from streamplane.controlplane.leadership import AdvisoryLockLeadership
+lead = AdvisoryLockLeadership(sys.argv[1], interval=0.1, lease=2.0)
+lead.start()
+was = None
+while True:
+    if lead.is_leader != was:
+        was = lead.is_leader
+        print("leader" if was else "follower", flush=True)
+    time.sleep(0.02)
+"""
+
+
+def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_stopped_leader_loses_the_lock_after_its_lease(pg_url: str) -> None:
+    """A leader that stops running without dying (SIGSTOP: hung, swapped out) used to
+    keep the lock until its process died; its session now ends after the lease."""
+    Store(pg_url).close()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LEADER_PROCESS, pg_url], stdout=subprocess.PIPE, text=True
+    )
+    second = AdvisoryLockLeadership(pg_url, interval=0.1, lease=2.0)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "leader"  # it decides before start returns
+        second.start()
+        assert not second.is_leader
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert _wait(lambda: second.is_leader, 15.0), "no takeover from a stopped leader"
+        took_over = time.monotonic() - stopped
+        assert took_over > 1.0  # not before the lease ran out
+        os.kill(proc.pid, signal.SIGCONT)
+        # Running again, it finds its session ended and steps down.
+        assert proc.stdout.readline().strip() == "follower"
+        assert second.is_leader
+    finally:
+        second.stop()
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize("backend", ["sqlite"])
