@@ -488,6 +488,17 @@ class LagModel:
             if e.end >= 0 and e.members
         ]
 
+    def position_timestamps(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """{(group, topic, partition): (committed offset, timestamp ms of its record)} of
+        every committed partition whose record's timestamp is known (from the commit's
+        metadata, or looked up): saved with the commits, so a restart without the
+        cluster knows the time lag of groups whose commits carry no timestamp."""
+        return {
+            key: (p.committed, p.ts_ms)
+            for key, p in self._parts.items()
+            if p.committed >= 0 and p.ts_offset == p.committed
+        }
+
     def restore_log_end(
         self, topic: str, partition: int, end: int, observed_ms: int, start: int = -1
     ) -> None:

@@ -10,8 +10,8 @@ plane's store: clusters, and routing tables for the labels). A worker has two th
   ``LagModel`` as it is read, so a commit is visible to queries within the reader's
   poll interval (about 0.1 s). When the cluster answers, the reader checks the snapshot
   (cluster id, positions): if it is not usable, the replayed state is dropped and the
-  topic reread. It saves the snapshot (with the model's end offsets) every
-  ``snapshot_interval_s`` and on stop;
+  topic reread. It saves the snapshot (with the model's end offsets, and the timestamps
+  it looked up for commits that carry none) every ``snapshot_interval_s`` and on stop;
 - the *poller* asks for the log-end offsets of every tracked partition about every
   ``end_offset_interval_s`` (one batched ListOffsets; and the log start offsets of
   expected partitions without a commit) and fetches the timestamps the model asks for
@@ -367,8 +367,9 @@ class ClusterWorker:
             ms = self._now_ms()
             for tp, end in self._dlq_ends.items():
                 ends.setdefault(tp, (end, ms, -1))
+            timestamps = self.model.position_timestamps()
         try:
-            reader.save_snapshot(self._now_ms(), ends)
+            reader.save_snapshot(self._now_ms(), ends, timestamps)
         except (OSError, StreamplaneError) as exc:
             log.warning("%s: cannot save the lag snapshot: %s", self.name, exc)
 

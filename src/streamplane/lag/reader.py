@@ -66,7 +66,9 @@ class CommitState:
 
     offset: int
     commit_ms: int
-    low_watermark_ts_ms: int | None  # from streamplane metadata; None for foreign groups
+    # The timestamp of the record at ``offset``: from streamplane metadata; for other
+    # groups None, or in a snapshot as the lag monitor looked it up.
+    low_watermark_ts_ms: int | None
     streamplane: bool
 
 
@@ -152,6 +154,20 @@ class OffsetsSnapshot:
             )
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise CodecError(f"not a lag snapshot: {exc}") from None
+
+
+def with_timestamps(
+    commits: Mapping[CommitKey, CommitState],
+    timestamps: Mapping[CommitKey, tuple[int, int]],
+) -> dict[CommitKey, CommitState]:
+    """``commits`` with the timestamps of ``timestamps`` ((offset, ms) per key) filled in
+    where a commit has none and the timestamp is of the record at its offset."""
+    out = dict(commits)
+    for key, (offset, ts_ms) in timestamps.items():
+        state = out.get(key)
+        if state is not None and state.low_watermark_ts_ms is None and state.offset == offset:
+            out[key] = CommitState(state.offset, state.commit_ms, ts_ms, state.streamplane)
+    return out
 
 
 def read_snapshot(path: Path | None, cluster: str = "") -> OffsetsSnapshot | None:
@@ -337,10 +353,14 @@ class OffsetsReader:
 
     # --------------------------------------------------------------- snapshot
     def save_snapshot(
-        self, now_ms: int | None = None, ends: Mapping[tuple[str, int], LogEnd] | None = None
+        self,
+        now_ms: int | None = None,
+        ends: Mapping[tuple[str, int], LogEnd] | None = None,
+        timestamps: Mapping[CommitKey, tuple[int, int]] | None = None,
     ) -> bool:
-        """Write the snapshot (atomically), with the last known ``ends`` when given.
-        False when there is nowhere or nothing to save."""
+        """Write the snapshot (atomically), with the last known ``ends`` and the looked-up
+        ``timestamps`` of committed records (``with_timestamps``) when given. False when
+        there is nowhere or nothing to save."""
         if self.snapshot_path is None or not self._partitions:
             return False
         positions = self.positions()
@@ -349,7 +369,7 @@ class OffsetsReader:
         snapshot = OffsetsSnapshot(
             self._cluster_id,
             positions,
-            self._commits,
+            with_timestamps(self._commits, timestamps) if timestamps else self._commits,
             now_ms if now_ms is not None else int(time.time() * 1000),
             dict(ends or {}),
         )

@@ -1,9 +1,10 @@
 """A control-plane restart while a cluster is down keeps that cluster's lag.
 
 The monitor replays its reader snapshot (commits and last known end offsets) at start,
-before the cluster answers: the group's partitions are listed at once, their time lag
-keeps growing (and is recorded in the history) while the broker is down, and when the
-broker is back the snapshot is verified against the cluster and kept.
+before the cluster answers: the group's partitions are listed at once (a group whose
+commits carry no timestamp, any Kafka consumer, with the timestamp the monitor looked
+up), their time lag keeps growing (and is recorded in the history) while the broker is
+down, and when the broker is back the snapshot is verified against the cluster and kept.
 
 The session fleet's local-a broker is killed here and started again (the session's
 control plane runs with health checks off: nothing fails over meanwhile).
@@ -63,6 +64,7 @@ def _get(cp: ControlPlaneProcess, path: str, **params: str) -> Any:
 
 
 def _partition(cp: ControlPlaneProcess, group: str) -> dict[str, Any] | None:
+    """The group's only partition in /v1/lag (None before it is tracked)."""
     parts = _get(cp, "/v1/lag", group=group)["partitions"]
     return parts[0] if parts else None
 
@@ -92,12 +94,20 @@ def test_a_restart_while_the_cluster_is_down_keeps_its_lag(
         )
     ).metadata
     commit_retrying(bootstrap, group, topic, 0, 3, metadata)
+    foreign = unique("foreign")  # commits without metadata: its timestamp is looked up
+    commit_retrying(bootstrap, foreign, topic, 0, 4, "")
 
     def behind() -> dict[str, Any] | None:
         p = _partition(control_plane, group)
         return p if p is not None and p["end_offset"] == 10 else None
 
+    def foreign_timed() -> dict[str, Any] | None:
+        p = _partition(control_plane, foreign)
+        return p if p is not None and p["time_lag_s"] is not None else None
+
     wait_for("the group's lag with the end offset", behind, 30)
+    wait_for("the other group's looked-up time lag", foreign_timed, 30)
+    # The monitor saves its snapshot every 5 s and on stop: stopping saves it.
 
     broker = cluster.brokers[0]
     local_fleet.kill_broker("local-a", broker.node_id)
@@ -111,6 +121,10 @@ def test_a_restart_while_the_cluster_is_down_keeps_its_lag(
         assert (part["committed_offset"], part["end_offset"], part["offset_lag"]) == (3, 10, 7)
         first = part["time_lag_s"]
         assert first is not None and first >= 5.0
+        # The looked-up timestamp was saved too: no lookup is possible now.
+        other = _partition(control_plane, foreign)
+        assert other is not None and (other["committed_offset"], other["offset_lag"]) == (4, 6)
+        assert other["time_lag_s"] is not None and other["time_lag_s"] > 0
         reader = _reader(control_plane, "local-a")
         assert reader["resumed_from_snapshot"] and reader["commits_tracked"] > 0
         assert not reader["caught_up"]

@@ -109,6 +109,18 @@ def test_foreign_group_uses_timestamp_lookups() -> None:
     assert ("nobody", "t", 0) not in m
 
 
+def test_position_timestamps_are_those_of_the_committed_records() -> None:
+    m = LagModel()
+    m.observe_end_offset("t", 0, 100, 0)
+    m.observe_commit("foreign", "t", 0, 40, 1 * S)
+    m.observe_commit("sp", "t", 0, 30, 1 * S, low_watermark_ts_ms=500)
+    assert m.position_timestamps() == {("sp", "t", 0): (30, 500)}
+    m.observe_offset_timestamp("foreign", "t", 0, 40, 2 * S)
+    assert m.position_timestamps()[("foreign", "t", 0)] == (40, 2 * S)
+    m.observe_commit("foreign", "t", 0, 50, 3 * S)  # moved on: that timestamp is not its
+    assert ("foreign", "t", 0) not in m.position_timestamps()
+
+
 def test_low_watermark_stays_valid_while_the_offset_does_not_move() -> None:
     m = LagModel()
     m.observe_end_offset("t", 0, 100, 0)

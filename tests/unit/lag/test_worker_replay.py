@@ -16,7 +16,7 @@ import pytest
 
 from streamplane.core.lag import LagStatus, LagThresholds
 from streamplane.lag.monitor import ClusterWorker, MonitorSettings
-from streamplane.lag.reader import CommitState, OffsetsSnapshot
+from streamplane.lag.reader import CommitState, OffsetsSnapshot, with_timestamps
 
 T = TypeVar("T")
 T0_S = 1_700_000_000.0
@@ -153,3 +153,17 @@ def test_snapshot_round_trip_with_end_offsets() -> None:
         ends={("t", 0): (9, 2_000, 4), ("dlq", 0): (3, 2_000, -1)},
     )
     assert OffsetsSnapshot.from_json(snap.to_json()) == snap
+
+
+def test_looked_up_timestamps_fill_only_commits_without_one_at_that_offset() -> None:
+    commits = {
+        ("foreign", "t", 0): CommitState(5, 1_000, None, False),
+        ("moved", "t", 0): CommitState(9, 1_000, None, False),
+        ("sp", "t", 0): CommitState(5, 1_000, 700, True),
+    }
+    looked_up = {("foreign", "t", 0): (5, 800), ("moved", "t", 0): (8, 800), ("sp", "t", 0): (5, 1)}
+    out = with_timestamps(commits, looked_up)
+    assert out[("foreign", "t", 0)] == CommitState(5, 1_000, 800, False)
+    assert out[("moved", "t", 0)] == commits[("moved", "t", 0)]  # of another record
+    assert out[("sp", "t", 0)] == commits[("sp", "t", 0)]  # its own metadata wins
+    assert commits[("foreign", "t", 0)].low_watermark_ts_ms is None  # not changed in place
