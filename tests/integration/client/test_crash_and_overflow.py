@@ -19,6 +19,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import decode
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.fleet import ClusterInfo
+from tests.waiting import wait_for
 
 from .conftest import TINY_METADATA_BYTES
 from .records import consume_until, produce_numbers
@@ -59,12 +60,12 @@ def test_kill_9_then_restart_loses_nothing_and_skips_settled(
         env={**os.environ, "PYTHONPATH": str(HERE.parents[2])},
     )
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            lines = out.read_text().count("\n") if out.exists() else 0
-            if lines >= total // 2:
-                break
-            time.sleep(0.1)
+        wait_for(
+            f"the consumer process to handle {total // 2} records",
+            lambda: out.exists() and out.read_text().count("\n") >= total // 2,
+            60,
+            every=0.1,
+        )
         time.sleep(0.7)  # let at least one commit with holes happen
     finally:
         proc.send_signal(signal.SIGKILL)

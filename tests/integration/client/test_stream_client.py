@@ -20,6 +20,7 @@ from streamplane.exceptions import (
     ProduceError,
     RecordTooLarge,
 )
+from tests.waiting import wait_for
 
 from .records import consume_until, produce_numbers, read_dead_letters
 
@@ -86,14 +87,17 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     )
     worker.start()
     poison = total // poison_every
-    deadline = time.monotonic() + 120
-    while (
-        len(good) < total - poison or consumer.stats["dlq"] < poison
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stop.set()
-    worker.join(30)
-    consumer.close()
+    try:
+        wait_for(
+            f"{total - poison} records handled and {poison} dead-lettered",
+            lambda: len(good) >= total - poison and consumer.stats["dlq"] >= poison,
+            120,
+            every=0.2,
+        )
+    finally:
+        stop.set()
+        worker.join(30)
+        consumer.close()
     assert len(good) == total - poison
     assert consumer.stats["dlq"] == poison
     # A redelivery carries the attempts before it and the error of the one before.
@@ -136,14 +140,17 @@ def test_non_retryable_errors_go_to_the_dlq_at_once_and_the_rest_are_retried(
     )
     worker.start()
     pills = total // 10
-    deadline = time.monotonic() + 120
-    while (
-        consumer.stats["acked"] < total - pills or consumer.stats["dlq"] < pills
-    ) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    worker.join(30)
-    consumer.close()
+    try:
+        wait_for(
+            f"{total - pills} records acked and {pills} dead-lettered",
+            lambda: consumer.stats["acked"] >= total - pills and consumer.stats["dlq"] >= pills,
+            120,
+            every=0.1,
+        )
+    finally:
+        stop.set()
+        worker.join(30)
+        consumer.close()
     deliveries = Counter(handled)
     assert {n for n in deliveries if n % 10 == 0} == set(range(0, total, 10))
     assert all(deliveries[n] == 1 for n in range(0, total, 10))  # never retried

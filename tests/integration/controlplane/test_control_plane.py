@@ -24,6 +24,7 @@ from streamplane.exceptions import (
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
 from streamplane.local.fleet import FleetDescriptor
+from tests.waiting import wait_for
 
 
 def _topics(fleet: FleetDescriptor, cluster: str) -> dict[str, int]:
@@ -34,12 +35,12 @@ def _topics(fleet: FleetDescriptor, cluster: str) -> dict[str, int]:
 def _wait_gone(
     fleet: FleetDescriptor, cluster: str, topics: set[str], timeout_s: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not topics & set(_topics(fleet, cluster)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"topics still on {cluster}: {topics & set(_topics(fleet, cluster))}")
+    wait_for(
+        f"topics {sorted(topics)} gone from {cluster}",
+        lambda: not topics & set(_topics(fleet, cluster)),
+        timeout_s,
+        every=0.2,
+    )
 
 
 def test_health_and_registered_clusters(control_plane: ControlPlaneProcess) -> None:
@@ -132,16 +133,16 @@ def test_consumer_sets_up_the_commitlog_side_topic_and_delete_removes_it(
         with StreamProducer(name, cp) as producer:
             producer.send(b"one")
         with StreamConsumer(name, "g", cp, assigner=False) as consumer:
-            deadline = time.monotonic() + 30
-            while (msg := consumer.poll(0.5)) is None and time.monotonic() < deadline:
-                pass
-            assert msg is not None
+            msg = wait_for("the record sent", lambda: consumer.poll(0.5), 30)
             assert side not in _topics(fleet, "local-a")  # not at open: after a commit
             msg.ack()
             consumer.commit()
-            while side not in _topics(fleet, "local-a") and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert side in _topics(fleet, "local-a")
+            wait_for(
+                f"side topic {side} created after the first commit",
+                lambda: side in _topics(fleet, "local-a"),
+                30,
+                every=0.2,
+            )
         cp.delete_stream(name)
     _wait_gone(fleet, "local-a", {side})
 

@@ -29,6 +29,7 @@ from streamplane.exceptions import NotFound
 from streamplane.kafka.clients import make_consumer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetSpec, LocalFleet
+from tests.waiting import wait_for
 
 HEALTH_ARGS = (
     "--health",
@@ -63,7 +64,7 @@ def fo_control_plane(
         with cp.client() as client:
             client.register_cluster("local-a", desc.bootstrap("local-a"), {"standby": "local-b"})
             client.register_cluster("local-b", desc.bootstrap("local-b"), {"standby": "local-a"})
-            wait_for(lambda: all_healthy(client), 30, "both clusters healthy")
+            wait_for("both clusters healthy", lambda: all_healthy(client), 30, every=0.2)
         yield cp
     finally:
         cp.stop()
@@ -95,16 +96,6 @@ def fo_stream(fo_control_plane: ControlPlaneProcess) -> Iterator[Callable[..., s
 
 def all_healthy(client: ControlPlaneClient) -> bool:
     return all(c["health"] == "ok" for c in client.cluster_health()["clusters"])
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def segment_states(client: ControlPlaneClient, stream: str) -> dict[str, str]:

@@ -23,8 +23,8 @@ from tests.integration.failover.conftest import (
     consume_ids,
     producer_for,
     segment_states,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 
 def test_broker_kill_fails_over_and_loses_nothing(
@@ -33,19 +33,19 @@ def test_broker_kill_fails_over_and_loses_nothing(
     stream = fo_stream("local-a", partitions=3)
     load = LoadedProducer(producer_for(fo_client, stream), rate=500).start()
     try:
-        wait_for(lambda: len(load.acked) > 500, 30, "records acknowledged on local-a")
+        wait_for("500 records acknowledged on local-a", lambda: len(load.acked) > 500, 30)
         broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
         killed_at = time.monotonic()
         fo_fleet.kill_broker("local-a", broker.node_id)
         try:
-            wait_for(lambda: load.producer.epoch > 1, 15, "the automatic failover")
+            wait_for("the automatic failover", lambda: load.producer.epoch > 1, 15)
             switched = load.producer.epoch_switch_times[load.producer.epoch] - killed_at
             table = load.producer.routing
             assert {table.active(lane).cluster for lane in table.all_lanes} == {"local-b"}
             wait_for(
+                "a record acknowledged on local-b",
                 lambda: any(a.topic.endswith(f".e{table.epoch}") for a in load.acked.values()),
                 10,
-                "a record acknowledged on local-b",
             )
             print(f"\nproducer switched to local-b {switched:.2f}s after the kill")
             assert switched < 5.0, f"producer switched {switched:.2f}s after the kill"
@@ -79,12 +79,20 @@ def test_broker_kill_fails_over_and_loses_nothing(
         )
         old = f"sp.{stream}.realtime.e1"
         wait_for(
-            lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"), 30, "sealed"
+            f"{old} sealed",
+            lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"),
+            30,
+            every=0.2,
         )
         sealed = next(s for s in fo_client.routing(stream).segments if s.topic == old)
         assert sealed.sealed_end_offsets, "sealed without end offsets"
         # consume again so the group's commits reach the end (if new records came late)
         consume_ids(fo_client, stream, "kill-test", set(), timeout=3)
-        wait_for(lambda: segment_states(fo_client, stream)[old] == "retired", 60, "retired")
+        wait_for(
+            f"{old} retired",
+            lambda: segment_states(fo_client, stream)[old] == "retired",
+            60,
+            every=0.2,
+        )
     finally:
         load.producer.close(5)

@@ -16,8 +16,8 @@ from tests.integration.failover.conftest import (
     consume_ids,
     producer_for,
     segment_states,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 
 def test_failover_under_load(fo_client: ControlPlaneClient, fo_stream: Callable[..., str]) -> None:
@@ -25,12 +25,20 @@ def test_failover_under_load(fo_client: ControlPlaneClient, fo_stream: Callable[
     started = time.monotonic()
     load = LoadedProducer(producer_for(fo_client, stream), rate=5000).start()
     latencies = []
+
+    def on_epoch(epoch: int) -> Callable[[], bool]:
+        return lambda: load.producer.epoch >= epoch
+
     try:
-        wait_for(lambda: len(load.acked) > 2000, 30, "records acknowledged")
+        wait_for("2000 records acknowledged", lambda: len(load.acked) > 2000, 30)
         for target in ("local-b", "local-a"):
             commanded = time.monotonic()
             table = fo_client.failover(stream, target, reason="test under load")
-            wait_for(lambda e=table.epoch: load.producer.epoch >= e, 10, "the producer switch")
+            wait_for(
+                f"the producer on epoch {table.epoch} (failover to {target})",
+                on_epoch(table.epoch),
+                10,
+            )
             # The first table at or past the failover's epoch the producer applied: a
             # seal of the segments the last failover left (a transition, its own epoch)
             # may land at once, and the watch then hands over only the newest table.
@@ -65,12 +73,18 @@ def test_repartition_on_one_cluster(
     stream = fo_stream("local-b", partitions=6)
     load = LoadedProducer(producer_for(fo_client, stream), rate=1000).start()
     try:
-        wait_for(lambda: len(load.acked) > 500, 30, "records acknowledged")
+        wait_for("500 records acknowledged", lambda: len(load.acked) > 500, 30)
         table = fo_client.failover(stream, "local-b", lanes=["realtime"], partitions=12)
-        wait_for(lambda: load.producer.epoch >= table.epoch, 10, "the producer switch")
+        wait_for(
+            f"the producer on epoch {table.epoch}", lambda: load.producer.epoch >= table.epoch, 10
+        )
         assert table.active("realtime").partitions == 12
         assert table.active("realtime").cluster == "local-b"
-        wait_for(lambda: any(a.topic.endswith(".e2") for a in load.acked.values()), 10, "new topic")
+        wait_for(
+            "a record acknowledged on the new topic (.e2)",
+            lambda: any(a.topic.endswith(".e2") for a in load.acked.values()),
+            10,
+        )
         time.sleep(1.0)
     finally:
         load.stop()
@@ -90,7 +104,17 @@ def test_repartition_on_one_cluster(
     assert all(s["in_flight"] == 0 and s["fetched"] > 0 for s in new_topic), new_topic
     old = f"sp.{stream}.realtime.e1"
     # sealed (and maybe already retired) while the group was still consuming
-    wait_for(lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"), 30, "sealed")
-    wait_for(lambda: segment_states(fo_client, stream)[old] == "retired", 60, "retired")
+    wait_for(
+        f"{old} sealed",
+        lambda: segment_states(fo_client, stream)[old] in ("sealed", "retired"),
+        30,
+        every=0.2,
+    )
+    wait_for(
+        f"{old} retired",
+        lambda: segment_states(fo_client, stream)[old] == "retired",
+        60,
+        every=0.2,
+    )
     sealed = next(s for s in fo_client.routing(stream).segments if s.topic == old)
     assert sorted(sealed.sealed_end_offsets) == list(range(6))

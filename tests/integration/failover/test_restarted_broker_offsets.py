@@ -18,7 +18,8 @@ from streamplane.controlplane.cluster_io import KafkaClusterIO
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.lag.reader import LogEnds
 from streamplane.local.fleet import LocalFleet
-from tests.integration.failover.conftest import all_healthy, wait_for
+from tests.integration.failover.conftest import all_healthy
+from tests.waiting import wait_for
 
 
 def produce(bootstrap: str, topic: str, per_partition: int) -> None:
@@ -48,9 +49,11 @@ def test_end_offsets_after_a_broker_restart(
         assert ends.fetch(wanted, timeout=1.0) == {}  # down: left out, asked again later
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
-    wait_for(lambda: all_healthy(fo_client), 60, "local-a healthy again")
+    wait_for("local-a healthy again", lambda: all_healthy(fo_client), 60, every=0.2)
     produce(bootstrap, topic, 5)
 
     now = {(topic, 0): 10, (topic, 1): 10}
-    wait_for(lambda: ends.fetch(wanted) == now, 15, "the lag monitor's end offsets")
+    wait_for(
+        f"the lag monitor's end offsets at {now}", lambda: ends.fetch(wanted) == now, 15, every=0.2
+    )
     assert sealer_io.end_offsets(topic, 2, 5.0) == {0: 10, 1: 10}

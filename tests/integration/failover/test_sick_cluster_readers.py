@@ -31,7 +31,8 @@ from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import LocalFleet
 from streamplane.pipeline.options import parse_read_options
 from streamplane.pipeline.source import StreamplaneStreamReader
-from tests.integration.failover.conftest import all_healthy, wait_for
+from tests.integration.failover.conftest import all_healthy
+from tests.waiting import wait_for
 
 
 def produce(client: ControlPlaneClient, stream: str, prefix: str, n: int) -> set[bytes]:
@@ -108,7 +109,9 @@ def test_readers_read_the_healthy_cluster_while_the_old_one_is_down(
     down = True
     try:
         # The control plane's health checks fail the stream over to local-b.
-        wait_for(lambda: fo_client.routing(stream).epoch > 1, 30, "the automatic failover")
+        wait_for(
+            "the automatic failover", lambda: fo_client.routing(stream).epoch > 1, 30, every=0.2
+        )
         on_b = produce(fo_client, stream, "b", 200)
         spark_source_planning(fo_control_plane, fo_client, stream)
 
@@ -136,7 +139,7 @@ def test_readers_read_the_healthy_cluster_while_the_old_one_is_down(
             consumer.close()
         if down:
             fo_fleet.start_broker("local-a", broker.node_id)
-        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+        wait_for("both clusters healthy again", lambda: all_healthy(fo_client), 60, every=0.2)
 
 
 def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
@@ -175,7 +178,7 @@ def test_commits_go_on_while_a_cluster_holding_unsaved_progress_is_down(
         assert not seen & on_b, f"{len(seen & on_b)} of local-b's records read again"
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
-        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+        wait_for("both clusters healthy again", lambda: all_healthy(fo_client), 60, every=0.2)
 
 
 def test_dlq_list_and_replay_say_what_they_could_not_read(
@@ -191,7 +194,9 @@ def test_dlq_list_and_replay_say_what_they_could_not_read(
     broker = fo_fleet.descriptor().cluster("local-a").brokers[0]
     fo_fleet.kill_broker("local-a", broker.node_id)
     try:
-        wait_for(lambda: fo_client.routing(stream).epoch > 1, 30, "the automatic failover")
+        wait_for(
+            "the automatic failover", lambda: fo_client.routing(stream).epoch > 1, 30, every=0.2
+        )
         listing = list_dead_letters(fo_client, stream, limit=100)
         assert listing.letters == []
         assert {k.cluster for k in listing.unread} == {"local-a"}
@@ -199,5 +204,5 @@ def test_dlq_list_and_replay_say_what_they_could_not_read(
             replay(fo_client, stream)
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
-        wait_for(lambda: all_healthy(fo_client), 60, "both clusters healthy again")
+        wait_for("both clusters healthy again", lambda: all_healthy(fo_client), 60, every=0.2)
     assert replay(fo_client, stream) == 20

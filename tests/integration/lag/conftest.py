@@ -1,18 +1,13 @@
-"""Helpers for the lag tests: raw commits with metadata, and waiting for a condition."""
+"""Helpers for the lag tests: raw commits with metadata, unique names, metric values."""
 
 from __future__ import annotations
 
 import re
-import time
 import uuid
-from collections.abc import Callable
-from typing import TypeVar
 
 from confluent_kafka import Consumer, TopicPartition
 
 from streamplane.kafka.clients import consumer_config
-
-T = TypeVar("T")
 
 
 def commit(
@@ -34,17 +29,6 @@ def commit(
         consumer.commit(offsets=[tp], asynchronous=False)
     finally:
         consumer.close()
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 20.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def unique(prefix: str) -> str:

@@ -29,7 +29,8 @@ from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
 from tests.integration.lag.cdp import Browser, chromium_path
-from tests.integration.lag.conftest import commit, unique, wait_for
+from tests.integration.lag.conftest import commit, unique
+from tests.waiting import wait_for
 
 CHART_POINTS = (
     "(() => { const p = document.querySelector('#lag-chart path.series');"

@@ -26,7 +26,8 @@ from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import commit, metric_value, unique, wait_for
+from tests.integration.lag.conftest import commit, metric_value, unique
+from tests.waiting import wait_for
 
 RATE = 40.0  # records/s produced
 HANDLE_S = 1 / 20.0  # the consumer handles 20 records/s: it falls behind 0.5 s per second

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.lag.reader import CommitState, LogEnds, OffsetsReader
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import commit, unique, wait_for
+from tests.integration.lag.conftest import commit, unique
+from tests.waiting import wait_for
 
 
 def _read_until(reader: OffsetsReader, key: tuple[str, str, int], offset: int) -> CommitState:
@@ -18,7 +18,7 @@ def _read_until(reader: OffsetsReader, key: tuple[str, str, int], offset: int) -
         state = reader.commits().get(key)
         return state if state is not None and state.offset == offset else None
 
-    return wait_for(f"commit {key} at {offset}", probe)
+    return wait_for(f"commit {key} at {offset}", probe, 20.0)
 
 
 def test_reads_decodes_and_resumes_from_the_snapshot(
@@ -41,7 +41,11 @@ def test_reads_decodes_and_resumes_from_the_snapshot(
         assert state.low_watermark_ts_ms == 1_699_000 and state.streamplane
         other = _read_until(reader, (foreign, topic, 1), 5)
         assert other.low_watermark_ts_ms is None and not other.streamplane
-        wait_for("caught up", lambda: reader.poll(0.1) is not None and reader.status.caught_up)
+        wait_for(
+            "the reader caught up",
+            lambda: reader.poll(0.1) is not None and reader.status.caught_up,
+            20.0,
+        )
         cold = reader.status
         assert not cold.resumed_from_snapshot and cold.catch_up_s is not None
         assert reader.save_snapshot()
@@ -55,7 +59,11 @@ def test_reads_decodes_and_resumes_from_the_snapshot(
         assert {e.key for e in replayed} >= {(group, topic, 0), (foreign, topic, 1)}
         assert again.status.resumed_from_snapshot
         _read_until(again, (group, topic, 0), 4)
-        wait_for("caught up", lambda: again.poll(0.1) is not None and again.status.caught_up)
+        wait_for(
+            "the resumed reader caught up",
+            lambda: again.poll(0.1) is not None and again.status.caught_up,
+            20.0,
+        )
         # Only what was committed since the snapshot is read again.
         assert again.status.records_read < max(cold.records_read, 2)
         print(
@@ -71,10 +79,10 @@ def test_log_ends(fleet: FleetDescriptor, topic_factory: Callable[..., str]) -> 
     log_ends = LogEnds(fleet.bootstrap("local-a"))
     # A partition whose leader is not known yet (a topic just created) is left out and
     # asked again at the next poll: within a few polls both are there.
-    deadline = time.monotonic() + 10
-    while True:
+
+    def both() -> dict[tuple[str, int], int]:
         ends = log_ends.fetch([(topic, 0), (topic, 1), ("nope", 0)])
-        if len(ends) == 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+        return ends if len(ends) == 2 else {}
+
+    ends = wait_for(f"the log ends of both partitions of {topic}", both, 10, every=0.2)
     assert ends == {(topic, 0): 0, (topic, 1): 0}

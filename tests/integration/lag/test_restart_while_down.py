@@ -23,7 +23,8 @@ from confluent_kafka import KafkaException, Producer
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor, LocalFleet, wait_healthy
-from tests.integration.lag.conftest import commit, unique, wait_for
+from tests.integration.lag.conftest import commit, unique
+from tests.waiting import wait_for
 
 _COORDINATOR_NOT_READY = {
     RawKafkaError.COORDINATOR_LOAD_IN_PROGRESS,

@@ -6,19 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from streamplane.local.control_plane_process import ControlPlaneProcess
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
+from tests.waiting import wait_for
 
 
 def test_a_crashed_control_plane_is_started_again(tmp_path: Path) -> None:
@@ -30,7 +21,7 @@ def test_a_crashed_control_plane_is_started_again(tmp_path: Path) -> None:
         crashed = cp.pid
         assert crashed is not None
         os.kill(crashed, signal.SIGKILL)  # as a native abort would end it
-        assert wait_until(lambda: cp.restarts == 1 and cp.running, 60), "not restarted"
+        wait_for("the crashed control plane restarted", lambda: cp.restarts == 1 and cp.running, 60)
         assert cp.pid != crashed
         with cp.client() as client:
             assert [c["name"] for c in client.list_clusters()] == ["kept"]  # same database
@@ -41,6 +32,6 @@ def test_a_crashed_control_plane_is_started_again(tmp_path: Path) -> None:
         again = cp.pid
         assert again is not None
         os.kill(again, signal.SIGKILL)
-        assert wait_until(lambda: cp.restarts == 2 and cp.running, 60), "not restarted again"
+        wait_for("the control plane restarted again", lambda: cp.restarts == 2 and cp.running, 60)
     finally:
         cp.stop()

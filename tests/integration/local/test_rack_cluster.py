@@ -10,6 +10,7 @@ from confluent_kafka import Producer, TopicPartition
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.kafka.clients import make_consumer, make_producer
 from streamplane.local.fleet import ClusterInfo, LocalFleet, cluster_status
+from tests.waiting import wait_for
 
 
 def test_racks_in_metadata(rack_cluster: ClusterInfo) -> None:
@@ -37,13 +38,12 @@ def test_rf3_topic_survives_broker_kill_and_restart(
     _produce(producer, topic, 300, 300)  # acks=all with min ISR 2 still succeeds
 
     rack_local_fleet.start_broker("racked", 2)
-    deadline = time.monotonic() + 60
-    isr_full = False
-    while time.monotonic() < deadline and not isr_full:
+
+    def isr_full() -> bool:
         md = admin.raw().list_topics(topic, timeout=5)
-        isr_full = all(len(p.isrs) == 3 for p in md.topics[topic].partitions.values())
-        time.sleep(0.5)
-    assert isr_full, "ISR did not return to 3 replicas after the broker restarted"
+        return all(len(p.isrs) == 3 for p in md.topics[topic].partitions.values())
+
+    wait_for("the ISR back to 3 replicas after the broker restarted", isr_full, 60, every=0.5)
 
     consumer = make_consumer(rack_cluster.bootstrap, f"g.{uuid.uuid4().hex[:6]}")
     consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])

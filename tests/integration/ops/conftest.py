@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from streamplane.exceptions import KafkaError
 from streamplane.kafka.clients import make_producer
 from streamplane.local.fleet import ClusterInfo, LocalFleet, wait_healthy
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
+from tests.waiting import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -47,16 +47,16 @@ def placed_topic(rack_cluster: ClusterInfo) -> Iterator[Callable[..., str]]:
         name = f"{prefix}.{uuid.uuid4().hex[:8]}"
         admin.create_topic(name, assignment)
         created.append(name)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def up() -> bool:
             try:
                 states = admin.partitions({name}) if name in _topics(admin) else {}
             except KafkaError:
                 states = {}  # listed by one broker, not yet known to the one asked
-            if len(states) == len(assignment) and all(s.leader >= 0 for s in states.values()):
-                return name
-            time.sleep(0.2)
-        raise AssertionError(f"topic {name} did not come up")
+            return len(states) == len(assignment) and all(s.leader >= 0 for s in states.values())
+
+        wait_for(f"topic {name} up, every partition with a leader", up, 30, every=0.2)
+        return name
 
     yield make
     from streamplane.kafka.admin import KafkaAdmin
@@ -92,12 +92,3 @@ def cli_popen(*args: str, log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, "-m", "streamplane.cli", *args], stdout=out, stderr=subprocess.STDOUT
         )
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")

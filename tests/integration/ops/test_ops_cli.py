@@ -14,7 +14,8 @@ from streamplane.local.fleet import ClusterInfo, LocalFleet
 from streamplane.ops.autothrottle import describe_throttles
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
 from streamplane.ops.metrics_fetcher import LogDirsSource
-from tests.integration.ops.conftest import cli, cli_popen, produce, wait_for
+from tests.integration.ops.conftest import cli, cli_popen, produce
+from tests.waiting import wait_for
 
 CAPACITY = "64MB"
 
@@ -155,7 +156,9 @@ def test_storage_rebalance_narrows_the_free_storage_range(
     topic = placed_topic({0: [2], 1: [2], 2: [2], 3: [2], 4: [3], 5: [1]})
     for p in range(4):
         produce(racked4.bootstrap, topic, p, 3)
-    wait_for(lambda: _all_in_sync(ops_admin, topic), 30, "ISR")
+    wait_for(
+        f"every replica of {topic} in sync", lambda: _all_in_sync(ops_admin, topic), 30, every=0.25
+    )
     range_before = _free_range(racked4.bootstrap)
     result = cli(
         "ops", "map", "rebalance", "--bootstrap", racked4.bootstrap,
@@ -226,7 +229,12 @@ def test_autothrottle_cleans_up_after_being_killed_and_restarted(
     move_to(3)
     started = time.monotonic()
     first = apply_throttled("first.log")
-    wait_for(lambda: ops_admin.list_reassignments() != {}, 30, "the reassignment")
+    wait_for(
+        "the reassignment submitted",
+        lambda: ops_admin.list_reassignments() != {},
+        30,
+        every=0.25,
+    )
     assert f"topic:{topic}" in throttled() and "broker:3" in throttled()
     first.send_signal(signal.SIGKILL)
     first.wait(10)
@@ -252,7 +260,7 @@ def test_autothrottle_cleans_up_after_being_killed_and_restarted(
     # SIGTERM: the batch in flight is cancelled and every throttle removed before exit 143.
     move_to(1)
     third = apply_throttled("third.log")
-    wait_for(lambda: "broker:1" in throttled(), 30, "throttles")
+    wait_for("the throttle on broker 1", lambda: "broker:1" in throttled(), 30, every=0.25)
     third.send_signal(signal.SIGTERM)
     assert third.wait(30) == 143, (tmp_path / "third.log").read_text()
     assert "received SIGTERM" in (tmp_path / "third.log").read_text()

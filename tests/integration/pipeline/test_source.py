@@ -22,6 +22,7 @@ from streamplane.local.fleet import FleetDescriptor
 from streamplane.pipeline.options import parse_read_options
 from streamplane.pipeline.planning import SourceOffset
 from streamplane.pipeline.source import StreamplaneStreamReader
+from tests.waiting import wait_for
 
 
 def _read_all(spark: Any, options: dict[str, str], checkpoint: Path, name: str) -> Any:
@@ -279,10 +280,12 @@ def test_commit_carries_the_ingestion_time_at_the_low_watermark(
         .start()
     )
     try:
-        deadline = time.monotonic() + 120
-        while len([p for p in query.recentProgress if p["numInputRows"]]) < 2:
-            assert time.monotonic() < deadline, "no two micro-batches in 120 s"
-            time.sleep(0.2)
+        wait_for(
+            "two micro-batches with input rows",
+            lambda: len([p for p in query.recentProgress if p["numInputRows"]]) >= 2,
+            120,
+            every=0.2,
+        )
     finally:
         query.stop()
 
@@ -340,14 +343,12 @@ def test_a_new_query_commits_where_it_starts(
     progress, offset = loaded[(key.topic, key.partition)]
     assert offset == 0 and progress is not None and progress.low_watermark == 0
     with control_plane.client() as client:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def time_lag() -> Any:
             groups = {g["group"]: g for g in client.lag(group=group)["groups"]}
-            lag = groups.get(group, {}).get("max_time_lag_s")
-            if lag:
-                break
-            assert time.monotonic() < deadline, f"lag monitor never showed {group}: {groups}"
-            time.sleep(0.5)
+            return groups.get(group, {}).get("max_time_lag_s")
+
+        lag = wait_for(f"the lag monitor to show {group} with a time lag", time_lag, 30, every=0.5)
     assert lag > 0
 
 

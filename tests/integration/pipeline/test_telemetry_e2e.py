@@ -10,7 +10,6 @@ the first stored batch, the failover to local-b before the second half is produc
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from streamplane.pipeline.events import reference_rollups
 from streamplane.pipeline.generator import GroundTruth, generate, produce
 from streamplane.pipeline.telemetry import TelemetryJob, rollup_views
 from tests.integration.pipeline.conftest import telemetry_config
+from tests.waiting import wait_for
 
 EVENTS = 200_000
 RATE = 4_000  # event-time spacing of the generated events
@@ -31,13 +31,6 @@ PRODUCE_RATE = 1e9  # as fast as the producer goes
 MAX_PER_TRIGGER = 50_000
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-def _wait(predicate: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
 
 
 def test_telemetry_end_to_end(
@@ -66,7 +59,9 @@ def test_telemetry_end_to_end(
                 producer, iter(records[:half]), rate=PRODUCE_RATE, duplicate_ratio=0.002
             )
             # Driver restart from the checkpoint, possibly in the middle of a batch.
-            _wait(lambda: job.stats["batches"] >= 1, 300)
+            wait_for(
+                "the first stored micro-batch", lambda: job.stats["batches"] >= 1, 300, every=0.5
+            )
             query.stop()
             job.close()
             job = TelemetryJob(spark, config)

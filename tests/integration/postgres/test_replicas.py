@@ -12,7 +12,7 @@ import pytest
 
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.failover.conftest import wait_for
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_leader_dies_the_other_takes_over(
 ) -> None:
     a, b = replicas
     a.start()
-    wait_for(lambda: overview(a)["leader"], 10, "replica a to lead")
+    wait_for("replica a to lead", lambda: overview(a)["leader"], 10, every=0.2)
     b.start()
     assert overview(b)["leader"] is False
     with b.client() as client:  # writes go through the follower too
@@ -53,23 +53,25 @@ def test_leader_dies_the_other_takes_over(
             client.register_cluster(c.name, c.bootstrap, {"env": "local"})
     a_id = overview(a)["replica"]
     wait_for(
-        lambda: all(c["probed_by"] == a_id for c in overview(b)["clusters"]),  # type: ignore[index,attr-defined]
+        f"every cluster probed by the leader ({a_id})",
+        lambda: all(c["probed_by"] == a_id for c in overview(b)["clusters"]),  # type: ignore[attr-defined]
         20,
-        "the leader's probes",
+        every=0.2,
     )
     assert overview(b)["leader"] is False
     killed = time.monotonic()
     a.stop(kill=True)
-    wait_for(lambda: overview(b)["leader"], 15, "replica b to lead", every=0.05)
+    wait_for("replica b to lead", lambda: overview(b)["leader"], 15)
     took_over = time.monotonic() - killed
     b_id = overview(b)["replica"]
     wait_for(
+        f"every cluster probed by the new leader ({b_id}) and healthy",
         lambda: all(
             c["probed_by"] == b_id and c["health"] == "ok"
             for c in overview(b)["clusters"]  # type: ignore[attr-defined]
         ),
         15,
-        "the new leader's probes",
+        every=0.2,
     )
     probing = time.monotonic() - killed
     print(f"\nleader takeover {took_over:.2f}s after kill -9; new leader probing at {probing:.2f}s")
@@ -92,7 +94,7 @@ def test_a_group_spread_over_two_replicas_shares_its_partitions(
 
     a, b = replicas
     a.start()
-    wait_for(lambda: overview(a)["leader"], 10, "replica a to lead")
+    wait_for("replica a to lead", lambda: overview(a)["leader"], 10, every=0.2)
     b.start()
     assert overview(b)["leader"] is False
     stream = f"rep-{uuid.uuid4().hex[:6]}"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -19,6 +18,7 @@ from streamplane.controlplane.migrations import LATEST_VERSION
 from streamplane.controlplane.store import AuditEntry, Store, StreamRecord, utcnow
 from streamplane.core.routing import SegmentState, move_lanes, new_routing_table, transition
 from streamplane.exceptions import Conflict
+from tests.waiting import wait_for
 
 
 def _stream(store: Store, name: str = "orders") -> None:
@@ -115,15 +115,6 @@ while True:
 """
 
 
-def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_stopped_leader_loses_the_lock_after_its_lease(pg_url: str) -> None:
     """A leader that stops running without dying (SIGSTOP: hung, swapped out) used to
     keep the lock until its process died; its session now ends after the lease."""
@@ -139,7 +130,7 @@ def test_a_stopped_leader_loses_the_lock_after_its_lease(pg_url: str) -> None:
         assert not second.is_leader
         os.kill(proc.pid, signal.SIGSTOP)
         stopped = time.monotonic()
-        assert _wait(lambda: second.is_leader, 15.0), "no takeover from a stopped leader"
+        wait_for("a takeover from the stopped leader", lambda: second.is_leader, 15.0)
         took_over = time.monotonic() - stopped
         assert took_over > 1.0  # not before the lease ran out
         os.kill(proc.pid, signal.SIGCONT)

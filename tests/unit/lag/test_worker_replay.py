@@ -7,31 +7,18 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from streamplane.core.lag import LagStatus, LagThresholds
 from streamplane.lag.monitor import ClusterWorker, MonitorSettings
 from streamplane.lag.reader import CommitState, OffsetsSnapshot, with_timestamps
+from tests.waiting import wait_for
 
-T = TypeVar("T")
 T0_S = 1_700_000_000.0
 TOPIC = "sp.orders.realtime.e1"
-
-
-def wait_for(what: str, probe: Callable[[], T | None]) -> T:
-    deadline = time.monotonic() + 30  # a hang guard, not a latency bound
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def closed_port() -> int:
@@ -103,7 +90,7 @@ def test_a_restart_while_the_cluster_is_down_replays_the_snapshot(
     _snapshot(tmp_path, with_ends=True)
     w = worker_of()
     now_ms = int(T0_S * 1000)
-    parts = wait_for("the replayed partitions", lambda: w.partitions(now_ms))
+    parts = wait_for("the replayed partitions", lambda: w.partitions(now_ms), 30)
     by_partition = {p.partition: p for p in parts}
     p0, p1 = by_partition[0], by_partition[1]
     assert (p0.committed_offset, p0.end_offset, p0.offset_lag, p0.time_lag_s) == (40, 100, 60, 10.0)
@@ -113,7 +100,7 @@ def test_a_restart_while_the_cluster_is_down_replays_the_snapshot(
     status = w.status
     assert status.resumed_from_snapshot and status.snapshot_commits == 2
     assert status.commits_tracked == 2 and not status.caught_up
-    wait_for("the unreachable cluster noticed", lambda: w.status.last_error)
+    wait_for("the unreachable cluster noticed", lambda: w.status.last_error, 30)
     assert w.status.resumed_from_snapshot  # kept while the cluster does not answer
 
     # The cluster stays down: the lag keeps growing, and the history records it.
@@ -125,7 +112,7 @@ def test_a_restart_while_the_cluster_is_down_replays_the_snapshot(
         ((_, samples, route),) = [h for h in w.histories("g") if h[0][2] == 0]
         return route == ("orders", "realtime") and samples[-1].time_lag_s == 40.0
 
-    wait_for("a history sample while the cluster is down", sampled_at_40s)
+    wait_for("a history sample while the cluster is down", sampled_at_40s, 30)
 
 
 def test_an_old_snapshot_without_end_offsets_still_replays_its_commits(
@@ -133,7 +120,7 @@ def test_an_old_snapshot_without_end_offsets_still_replays_its_commits(
 ) -> None:
     _snapshot(tmp_path, with_ends=False)
     w = worker_of()
-    parts = wait_for("the replayed partitions", lambda: w.partitions(int(T0_S * 1000)))
+    parts = wait_for("the replayed partitions", lambda: w.partitions(int(T0_S * 1000)), 30)
     p0 = {p.partition: p for p in parts}[0]
     assert (p0.committed_offset, p0.end_offset, p0.offset_lag, p0.time_lag_s) == (
         40,
