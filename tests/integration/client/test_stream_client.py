@@ -453,7 +453,7 @@ def test_unfinished_partitions_names_a_partition_read_only_in_part(
         max_in_flight=3,
         extra_config=one_batch_a_fetch,
     ) as reader:
-        held = []
+        held: list[StreamMessage] = []
         deadline = time.monotonic() + 30
         while len(held) < 3 and time.monotonic() < deadline:
             held += reader.poll_batch(10, 0.5)

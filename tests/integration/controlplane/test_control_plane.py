@@ -100,7 +100,10 @@ def test_topics_left_by_a_killed_create_are_adopted_unless_written(
     one holding a record is not."""
     name = f"orph-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdmin(fleet.bootstrap("local-a"))
-    left = [(f"sp.{name}.realtime.e1", 2, 1, {}), (f"sp.{name}.bulk.e1", 2, 1, {})]
+    left: list[tuple[str, int, int, dict[str, str]]] = [
+        (f"sp.{name}.realtime.e1", 2, 1, {}),
+        (f"sp.{name}.bulk.e1", 2, 1, {}),
+    ]
     assert set(admin.create_topics(left).values()) == {None}
     assert admin.end_offsets(f"sp.{name}.bulk.e1") == {0: 0, 1: 0}
     assert admin.end_offsets(f"sp.{name}.nothing.e1") == {}

@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from click.testing import CliRunner
@@ -33,10 +34,10 @@ RATE = 40.0  # records/s produced
 HANDLE_S = 1 / 20.0  # the consumer handles 20 records/s: it falls behind 0.5 s per second
 
 
-def _lag(cp: ControlPlaneProcess, **params: str) -> dict[str, object]:
+def _lag(cp: ControlPlaneProcess, **params: str) -> dict[str, Any]:
     resp = httpx.get(f"{cp.url}/v1/lag", params=params, timeout=5)
     resp.raise_for_status()
-    doc: dict[str, object] = resp.json()
+    doc: dict[str, Any] = resp.json()
     return doc
 
 
@@ -87,7 +88,7 @@ def test_time_lag_is_within_a_second_of_the_truth(
                 before = time.time()
                 doc = _lag(control_plane, group=group)
                 after = time.time()
-                (part,) = doc["partitions"]  # type: ignore[misc]
+                (part,) = doc["partitions"]
                 reported = part["time_lag_s"]
                 truth = (before + after) / 2 - current_ts[0] / 1000.0
                 if reported is not None:
@@ -187,8 +188,8 @@ def test_two_clusters_at_once_and_a_restart_resumes_from_the_snapshot(
     started = time.monotonic()
     control_plane.start()
 
-    def readers_caught_up() -> list[dict[str, object]] | None:
-        every: list[dict[str, object]] = httpx.get(
+    def readers_caught_up() -> list[dict[str, Any]] | None:
+        every: list[dict[str, Any]] = httpx.get(
             f"{control_plane.url}/v1/lag/readers", timeout=5
         ).json()
         # Other tests of the session may have registered more clusters: look at ours.
@@ -202,19 +203,19 @@ def test_two_clusters_at_once_and_a_restart_resumes_from_the_snapshot(
         + "; ".join(
             f"{r['cluster']}: resumed={r['resumed_from_snapshot']} "
             f"snapshot commits={r['snapshot_commits']} read={r['records_read']} "
-            f"catch-up={r['catch_up_s']:.3f}s"  # type: ignore[str-format]
+            f"catch-up={r['catch_up_s']:.3f}s"
             for r in readers
         )
     )
     assert all(r["resumed_from_snapshot"] for r in readers)
     # The group's commits came back from the snapshot, not from rereading the topic.
     doc = _lag(control_plane, group=group)
-    assert {p["cluster"] for p in doc["partitions"]} == {"local-a", "local-b"}  # type: ignore[index, union-attr]
+    assert {p["cluster"] for p in doc["partitions"]} == {"local-a", "local-b"}
     # Resuming reads only what was written since the snapshot, never the whole topic
     # (other tests of the session keep committing, so "since" is not always zero).
     for r in readers:
         total = offsets_topic_records(fleet.bootstrap(str(r["cluster"])))
-        assert r["records_read"] < total, (r, total)  # type: ignore[operator]
+        assert r["records_read"] < total, (r, total)
 
 
 def offsets_topic_records(bootstrap: str) -> int:

@@ -157,5 +157,5 @@ def test_a_restart_while_the_cluster_is_down_keeps_its_lag(
 
     reader = wait_for("local-a's reader caught up", caught_up, 60)
     assert reader["resumed_from_snapshot"]
-    part = _partition(control_plane, group)
-    assert part is not None and (part["committed_offset"], part["offset_lag"]) == (3, 7)
+    back = _partition(control_plane, group)
+    assert back is not None and (back["committed_offset"], back["offset_lag"]) == (3, 7)

@@ -52,6 +52,8 @@ def test_rf3_topic_survives_broker_kill_and_restart(
     while len(seen) < 600 and time.monotonic() < deadline:
         for msg in consumer.consume(500, timeout=0.5):
             assert msg.error() is None
-            seen.add(msg.value())
+            value = msg.value()
+            assert value is not None, msg
+            seen.add(value)
     consumer.close()
     assert seen == {str(i).encode() for i in range(600)}

@@ -24,7 +24,9 @@ def _consume_all(consumer: Consumer, expected: int, timeout_s: float = 30.0) -> 
     while len(out) < expected and time.monotonic() < deadline:
         for msg in consumer.consume(1000, timeout=0.5):
             assert msg.error() is None, msg.error()
-            out.append(msg.value())
+            value = msg.value()
+            assert value is not None, msg
+            out.append(value)
     return out
 
 
@@ -98,8 +100,9 @@ def test_create_partitions_and_describe_configs(
     admin = KafkaAdmin(bootstrap)
     assert admin.create_partitions(topic, 9)[topic] is None
     # Returned only once every partition's leader answers for it: no polling here.
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # confluent-kafka leaves OffsetSpec.latest() unannotated
     offsets = admin.raw().list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(9)}, request_timeout=10
+        {TopicPartition(topic, p): latest for p in range(9)}, request_timeout=10
     )
     assert sorted(tp.partition for tp, f in offsets.items() if f.result(15).offset == 0) == [
         *range(9)

@@ -120,9 +120,9 @@ def test_telemetry_end_to_end(
         for r in views["span_latency"].collect()
     }
     assert spans.keys() == ref.spans.keys()
-    for key, expected in ref.spans.items():
-        assert spans[key][:2] == expected[:2]
-        assert spans[key][2:] == pytest.approx(expected[2:], rel=1e-9)
+    for span_key, expected in ref.spans.items():
+        assert spans[span_key][:2] == expected[:2]
+        assert spans[span_key][2:] == pytest.approx(expected[2:], rel=1e-9)
 
     batches = spark.read.format("delta").load(config.table("batches"))
     # A batch whose MERGE was committed when the driver stopped is recorded by the restarted

@@ -33,11 +33,14 @@ def _batch(spark: Any, stream: str, records: list[GeneratedRecord], first_offset
     return spark.createDataFrame(rows, SCHEMA)
 
 
+def _version(spark: Any, table: str) -> int:
+    last = DeltaTable.forPath(spark, table).history(1).first()
+    assert last is not None, f"{table} has no history"
+    return int(last["version"])
+
+
 def _versions(spark: Any, config: TelemetryConfig) -> dict[str, int]:
-    return {
-        name: int(DeltaTable.forPath(spark, config.table(name)).history(1).first()["version"])
-        for name in TABLES
-    }
+    return {name: _version(spark, config.table(name)) for name in TABLES}
 
 
 def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(

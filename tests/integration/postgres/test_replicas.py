@@ -106,7 +106,7 @@ def test_a_group_spread_over_two_replicas_shares_its_partitions(
         with StreamProducer(stream, follower) as producer:
             for i in range(total):
                 producer.send(b"%d" % i, key=b"%d" % i)
-        handled: Counter[bytes] = Counter()
+        handled: Counter[bytes | None] = Counter()
         with (
             StreamConsumer(stream, "g", leader) as on_a,
             StreamConsumer(stream, "g", follower) as on_b,

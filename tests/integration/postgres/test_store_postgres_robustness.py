@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.failover_runtime import FailoverSettings
 from streamplane.controlplane.failover_store import FailoverStore
 from streamplane.controlplane.migrations import LATEST_VERSION, current_version, migrate
 from streamplane.controlplane.service import ControlPlaneService
@@ -138,8 +139,9 @@ def test_timestamps_are_utc_whatever_the_session_time_zone(pg_url: str) -> None:
             "health.since": fstore.health()["local-a"].since,
         }
         for what, stamp in stamps.items():
-            assert stamp.utcoffset() is not None, what
-            assert stamp.utcoffset().total_seconds() == 0, (what, stamp.isoformat())
+            offset = stamp.utcoffset()
+            assert offset is not None, what
+            assert offset.total_seconds() == 0, (what, stamp.isoformat())
             assert stamp.isoformat().endswith("+00:00"), (what, stamp.isoformat())
         assert cluster.created_at == now
         # A connection of the store's own reads in UTC too (raw SQL included).
@@ -228,7 +230,7 @@ def test_an_outage_is_a_503_then_recovers(pg_url: str, caplog: pytest.LogCapture
         db_url=pg_url,
         api_token="unit-test-token",
         lag_monitor=False,
-        failover={"health_enabled": False, "sealing_enabled": False},
+        failover=FailoverSettings(health_enabled=False, sealing_enabled=False),
     )
     caplog.set_level(logging.INFO)
     try:

@@ -25,7 +25,8 @@ stats = _load_stats()
 
 def _coverage(n: int, k: int) -> float:
     """P(x_(k) <= median <= x_(n+1-k)) for n values of a continuous distribution."""
-    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+    outcomes: int = 2**n
+    return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / outcomes
 
 
 def test_interval_is_the_narrowest_with_the_confidence() -> None:

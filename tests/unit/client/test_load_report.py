@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from streamplane.client.membership import CpuMeter
 from tests.unit.client.harness import KEY, Clock, DlqBroker, stand_in_consumer
+
+
+class _SteadyCpu(CpuMeter):
+    """A CPU meter that always reads 5% of the cores."""
+
+    def __call__(self) -> float:
+        return 0.05
 
 
 def test_bursty_fetches_report_a_steady_rate(clock: Clock) -> None:
@@ -13,7 +21,7 @@ def test_bursty_fetches_report_a_steady_rate(clock: Clock) -> None:
     seconds and stays within a factor of two of it."""
     c = stand_in_consumer(DlqBroker())
     c._membership = SimpleNamespace()  # type: ignore[assignment]
-    c._cpu_meter = lambda: 0.05  # type: ignore[method-assign]
+    c._cpu_meter = _SteadyCpu()
     state = c._states[KEY]
     c._last_load = (clock.now, 0)
     reported = []

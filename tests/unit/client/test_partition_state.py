@@ -96,10 +96,12 @@ def test_acks_from_other_threads_are_never_lost_while_applied() -> None:
     s = PartitionState(KEY, "realtime", 0)
     total = 40_000
     fetched(s, range(total))
-    threads = [
-        threading.Thread(target=lambda k=k: [s.ack(o) for o in range(k, total, 4)])
-        for k in range(4)
-    ]
+
+    def ack_every_fourth(first: int) -> None:
+        for o in range(first, total, 4):
+            s.ack(o)
+
+    threads = [threading.Thread(target=ack_every_fourth, args=(k,)) for k in range(4)]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from streamplane.controlplane.migrations import LATEST_VERSION
 from streamplane.core.routing import routing_from_json
@@ -12,7 +13,6 @@ from tests.unit.controlplane.conftest import (
     AUTH,
     BOOTSTRAPS,
     StubKafka,
-    TestClient,
     create_stream,
 )
 

@@ -11,14 +11,17 @@ import atexit
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis import Case
 from schemathesis.config import SchemathesisConfig
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, TOKEN, StubKafka, make_service
+
+if TYPE_CHECKING:  # an alias schemathesis defines for type checkers only
+    from schemathesis.specs.openapi.schemas import OpenApiCase
 
 _dir = Path(tempfile.mkdtemp(prefix="sp-fuzz-"))
 atexit.register(shutil.rmtree, _dir, ignore_errors=True)
@@ -55,5 +58,5 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP, config=CONFIG)
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-def test_api_conforms_to_its_schema_and_never_fails(case: Case) -> None:
+def test_api_conforms_to_its_schema_and_never_fails(case: OpenApiCase) -> None:
     case.call_and_validate(headers=AUTH)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from streamplane.controlplane.assigner import AssignerService
+from streamplane.controlplane.assigner import AssignerService, HeartbeatAnswer
 from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
 from streamplane.core.routing import RoutingTable, move_lanes, new_routing_table
 from streamplane.exceptions import ConfigError
@@ -86,7 +86,7 @@ def test_busy_member_gets_fewer_units() -> None:
         "cool-1": MemberLoad(cpu=0.2),
         "cool-2": MemberLoad(cpu=0.2),
     }
-    answers = {}
+    answers: dict[str, HeartbeatAnswer] = {}
     for _ in range(6):  # a few rounds: releases are acknowledged, units move
         for m, load in loads.items():
             prev = answers.get(m)

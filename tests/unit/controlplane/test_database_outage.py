@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.controlplane import store as store_module
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.failover_runtime import FailoverSettings
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.exceptions import ControlPlaneError
 from tests.unit.controlplane.conftest import AUTH, TOKEN, StubKafka, make_service
@@ -63,7 +64,7 @@ def api(outage_service: ControlPlaneService, db_dir: Path) -> Iterator[TestClien
         db_url=f"sqlite:///{db_dir / 'cp.db'}",
         api_token=TOKEN,
         lag_monitor=False,
-        failover={"health_enabled": False, "sealing_enabled": False},
+        failover=FailoverSettings(health_enabled=False, sealing_enabled=False),
     )
     with TestClient(create_app(settings, outage_service)) as client:
         yield client

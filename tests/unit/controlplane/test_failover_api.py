@@ -13,6 +13,7 @@ from unittest import mock
 
 import pytest
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.failover_runtime import (
@@ -25,7 +26,7 @@ from streamplane.controlplane.leadership import SingleReplica
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.core.failover import ClusterHealth
 from streamplane.exceptions import KafkaError
-from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka, TestClient, create_stream
+from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka, create_stream
 
 BY_BOOTSTRAP = {b: n for n, b in BOOTSTRAPS.items()}
 

@@ -17,13 +17,14 @@ from contextlib import contextmanager
 from unittest import mock
 
 import pytest
+from fastapi.testclient import TestClient
 
 from streamplane.cli.main import main
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.controlplane.lag_api import lag_plane
 from streamplane.lag.monitor import ClusterWorker, LagMonitor, MonitorSettings, static_topology
 from streamplane.lag.reader import CommitEvent, CommitState
-from tests.unit.controlplane.conftest import TestClient, create_stream
+from tests.unit.controlplane.conftest import create_stream
 
 NOW_S = 1_700_000_100.0
 TOPIC = "sp.orders.realtime.e1"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.testclient import TestClient
 
 from streamplane.controlplane.leader_proxy import FORWARDED_BY, LeaderProxy, is_assigner_route
-from tests.unit.controlplane.conftest import TestClient
 
 
 def leader_app() -> FastAPI:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.ops.stub import StubOpsAdmin
@@ -14,7 +15,6 @@ from tests.unit.controlplane.conftest import (
     BOOTSTRAPS,
     TOKEN,
     StubKafka,
-    TestClient,
     make_service,
 )
 

@@ -9,6 +9,7 @@ import pytest
 from streamplane.core.mapper import Partition
 from streamplane.exceptions import KafkaError
 from streamplane.ops.executor import (
+    ExecutionReport,
     Executor,
     ExecutorParams,
     PlanRejected,
@@ -37,21 +38,21 @@ def _doc(*entries: tuple[str, int, list[int]]) -> str:
     )
 
 
-def _run(admin: StubOpsAdmin, text: str, **params: object) -> tuple[object, list[Progress]]:
+def _run(admin: StubOpsAdmin, text: str) -> tuple[ExecutionReport, list[Progress]]:
     seen: list[Progress] = []
     ex = Executor(
         admin,
-        ExecutorParams(poll_interval=0.01, **params),
+        ExecutorParams(poll_interval=0.01),
         on_progress=seen.append,
         sleep=lambda _: None,
-    )  # type: ignore[arg-type]
+    )
     return ex.apply(check_plan(text, admin)), seen
 
 
 def test_applies_a_plan_and_waits_for_completion() -> None:
     admin = _admin()
     report, seen = _run(admin, _doc(("t", 0, [4, 2]), ("t", 1, [3, 2])))
-    assert sorted(report.completed) == [("t", 0), ("t", 1)]  # type: ignore[attr-defined]
+    assert sorted(report.completed) == [("t", 0), ("t", 1)]
     assert admin.replicas[("t", 0)] == (4, 2) and admin.replicas[("t", 1)] == (3, 2)
     assert seen[-1].done == 2 and "2/2 partitions" in seen[-1].line()
 

@@ -18,7 +18,12 @@ from streamplane.pipeline.events import (
 )
 from streamplane.pipeline.generator import POISON_KINDS, generate
 
-BASE = {"event_id": "e1", "ts": 1_795_000_000_000, "service": "checkout", "host": "h-1"}
+BASE: dict[str, Any] = {
+    "event_id": "e1",
+    "ts": 1_795_000_000_000,
+    "service": "checkout",
+    "host": "h-1",
+}
 
 
 def doc(**fields: Any) -> bytes:
