@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import math
@@ -230,6 +231,24 @@ class _Redelivery(StreamMessage):
         self._run.state.retry_acks.append(self.offset)
 
 
+def _is_async(handler: object) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    call = type(handler).__call__ if callable(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def _not_run(awaitable: object) -> TypeError:
+    """The error of a handler that returned an awaitable instead of handling the record
+    (the coroutine is closed: never awaited, it would only warn when collected)."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
+    return TypeError(
+        f"the handler returned {type(awaitable).__name__} instead of handling the record: "
+        "run does not await; give it a plain function"
+    )
+
+
 def _redeliver(msg: StreamMessage) -> None:
     """Make ``msg`` a ``_Redelivery`` (the same slots: only its class changes, with no
     new object per retry)."""
@@ -379,6 +398,14 @@ class StreamConsumer:
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"max_attempts must be an int of at least 1, not {max_attempts!r}")
+        for name, seconds in (
+            ("retry_backoff", retry_backoff),
+            ("max_retry_backoff", max_retry_backoff),
+            ("commit_interval_s", commit_interval_s),
+            ("heartbeat_interval_s", heartbeat_interval_s),
+        ):
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise ConfigError(f"{name} must be a number of seconds, not {seconds!r}")
         if not (
             math.isfinite(retry_backoff)
             and math.isfinite(max_retry_backoff)
@@ -452,6 +479,8 @@ class StreamConsumer:
         self._housekeeping_due = 0.0
         self._buffers: list[_LaneBuffer] = []  # by lane priority
         self._lane_order: dict[str, int] = {}
+        self._reads_dlq = False  # a dead letter rejected again is settled, not rewritten
+        self._dlq_rejects_logged = False
         self._retries: RetrySchedule[StreamMessage] = RetrySchedule()
         # The backoff before attempt n + 1, by n (the attempts so far), until it reaches
         # max_retry_backoff: later attempts wait the last one.
@@ -501,8 +530,13 @@ class StreamConsumer:
                     f"stream {self.stream!r} has no lane {lane!r} "
                     f"(lanes: {', '.join(table.all_lanes)})"
                 )
+        # Served by the stream's priority, whatever order they were named in (and each
+        # once): the same lanes name the same group reading to the Assigner.
+        wanted = set(lanes)
+        lanes = [lane for lane in table.all_lanes if lane in wanted]
         self._lanes = lanes
         self._lane_order = {lane: i for i, lane in enumerate(lanes)}
+        self._reads_dlq = DLQ_LANE in wanted
         self._buffers = [_LaneBuffer() for _ in lanes]
         if self._use_assigner:  # first: a wrong token is told by its first heartbeat
             self._membership = GroupMembership(
@@ -1147,10 +1181,26 @@ class StreamConsumer:
     def _dead_letters(self, letters: list[Letter[StreamMessage]]) -> None:
         """Queue each (record, reason, attempts) for the dlq lane; a record is settled
         once its dead letter is acked (``_settle_dead_letters``). A read-only consumer
-        writes nothing: it settles them at once (in memory; it commits nothing)."""
+        writes nothing: it settles them at once (in memory; it commits nothing). Nor is
+        a record of the dlq lane itself written again (rejecting dead letters would feed
+        them back to the lane without end): it is settled as rejected, once logged."""
         if self._dlq is None:
             self._settle_rejected([msg for msg, _reason, _attempts in letters])
             return
+        if self._reads_dlq:
+            again = [msg for msg, _r, _a in letters if msg._run.state.lane == DLQ_LANE]
+            if again:
+                if not self._dlq_rejects_logged:
+                    self._dlq_rejects_logged = True
+                    log.warning(
+                        "%s: records of the dlq lane rejected (or out of attempts) are "
+                        "settled where they are, not dead-lettered again",
+                        self.stream,
+                    )
+                self._settle_rejected(again)
+                letters = [letter for letter in letters if letter[0]._run.state.lane != DLQ_LANE]
+                if not letters:
+                    return
         self._dlq.add(letters)
 
     def _settle_rejected(self, messages: list[StreamMessage]) -> None:
@@ -1273,8 +1323,15 @@ class StreamConsumer:
         never succeed: undecodable, invalid) rejects the record at once, to the dlq
         lane, instead of retrying it ``max_attempts`` times.
         """
-        if concurrency < 1:
-            raise ConfigError("concurrency must be at least 1")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be an int of at least 1, not {concurrency!r}")
+        if _is_async(handler):
+            raise ConfigError(
+                "run: the handler is a coroutine function (async def); run calls it from "
+                "threads and would only create its coroutine. Give run a plain function "
+                "(e.g. one that calls asyncio.run_coroutine_threadsafe on your loop and "
+                "waits for the result), or iterate and await it yourself"
+            )
         if not isinstance(non_retryable, tuple) or not all(
             isinstance(t, type) and issubclass(t, Exception) for t in non_retryable
         ):
@@ -1284,13 +1341,19 @@ class StreamConsumer:
 
         def handle(msg: StreamMessage) -> None:
             try:
-                handler(msg)
+                result = handler(msg)
             except non_retryable as exc:
                 msg.reject(f"non-retryable {type(exc).__name__}: {exc}")
             except Exception as exc:
                 msg.nack(exc)
             else:
-                msg.ack()
+                if result is not None and inspect.isawaitable(result):
+                    # The handler did not run: an async callable ``_is_async`` missed
+                    # (a partial, a lambda returning a coroutine). Not acked: nacked with
+                    # the reason, so it ends in the dlq lane if it keeps happening.
+                    msg.nack(_not_run(result))
+                else:
+                    msg.ack()
 
         if concurrency == 1 and not key_ordered:
             for msg in self._handed_out(stop, 0.2):

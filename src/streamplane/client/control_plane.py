@@ -332,9 +332,13 @@ class ControlPlaneClient:
 
 def _seg(name: str) -> str:
     """A path segment: names are validated server-side, but never let one change the path
-    (a '/' would reach the server as a path of its own: a bare "Not Found")."""
+    (a '/' would reach the server as a path of its own: a bare "Not Found"; '', '.' and
+    '..' are dropped or climb a level on the way, so ``describe_stream(".")`` listed
+    every stream)."""
     if "/" in name:
         raise ConfigError(f"invalid name {name!r}: names cannot contain '/'")
+    if name in ("", ".", ".."):
+        raise ConfigError(f"invalid name {name!r}")
     return quote(name, safe="")
 
 

@@ -165,7 +165,19 @@ class GroupMembership:
         release = frozenset(unit_key(u) for u in answer["release"])
         with self._lock:
             self._released -= released
-        self._lease_deadline = sent_at + float(answer["lease_s"]) - LEASE_MARGIN_S
+        lease_s = float(answer["lease_s"])
+        self._lease_deadline = sent_at + lease_s - LEASE_MARGIN_S
+        if lease_s > 0 and self.interval_s > lease_s / 2:
+            # Beating once a lease (or less often) the member would lose its units
+            # between beats: heartbeat three times a lease instead.
+            log.warning(
+                "heartbeat interval %.2f s is too long for the control plane's %.2f s "
+                "lease: heartbeating every %.2f s",
+                self.interval_s,
+                lease_s,
+                lease_s / 3,
+            )
+            self.interval_s = lease_s / 3
         self.connected = True
         if owned != self._owned or release != self._release:
             self._owned, self._release = owned, release

@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from confluent_kafka import KafkaError as _RawKafkaError
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaException, Message, Producer
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.metrics import METRICS
@@ -44,14 +44,14 @@ from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, ProduceError, RecordTooLarge
+from streamplane.exceptions import ConfigError, NotFound, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
 
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
 DeliveryReports = Literal["errors", "all"]
 # A record for ``send_batch``: (value, key, headers).
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+Record = tuple[bytes | str | None, bytes | str | None, list[tuple[str, bytes]] | None]
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
@@ -93,6 +93,16 @@ class _NothingQueued:
 
 
 _NOTHING_QUEUED = _NothingQueued()
+
+
+def _produce_error(exc: KafkaException, size: int) -> ProduceError:
+    """What a refused ``produce`` call raises: ``RecordTooLarge`` for a record over
+    librdkafka's ``message.max.bytes``, a ``ProduceError`` naming the cause otherwise."""
+    err = exc.args[0] if exc.args else None
+    code = err.code() if isinstance(err, _RawKafkaError) else None
+    if code == _RawKafkaError.MSG_SIZE_TOO_LARGE:
+        return RecordTooLarge(f"record of {size} bytes exceeds the producer's message.max.bytes")
+    return ProduceError(f"the record could not be queued: {err if err is not None else exc}")
 
 
 class _OwnReport:
@@ -170,6 +180,7 @@ class StreamProducer:
         self._epoch = 0
         self._opened = False
         self._closed = False
+        self._gone: str | None = None  # the stream was deleted (the routing watch says)
         # When the producer started writing to each epoch (monotonic seconds).
         self.epoch_switch_times: dict[int, float] = {}
         # Reports the epoch it writes with, so the control plane can seal old segments.
@@ -202,6 +213,7 @@ class StreamProducer:
             raise
         self._watcher.add_listener(self._apply)
         self._watcher.add_listener(lambda _table: self.heartbeat.beat_now())
+        self._watcher.add_gone_listener(self._on_gone)
         self.heartbeat.start()
         self._opened = True
         return self
@@ -288,6 +300,12 @@ class StreamProducer:
     ) -> None:
         """Queue one record for the lane's active segment (asynchronous)."""
         route = self._route_for(lane)
+        # A str is sent as UTF-8: encoded here so the bound counts its bytes, not its
+        # characters (librdkafka would encode it the same way).
+        if isinstance(value, str):
+            value = value.encode()
+        if isinstance(key, str):
+            key = key.encode()
         try:
             size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         except TypeError:
@@ -331,6 +349,8 @@ class StreamProducer:
                 break
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
+            except KafkaException as exc:
+                raise _produce_error(exc, size) from None
         route.counts.sent += 1
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
@@ -354,6 +374,10 @@ class StreamProducer:
         too_large: list[int] = []
         i = -1
         for i, (value, key, headers) in enumerate(records):
+            if isinstance(value, str):  # as in ``send``: the bound counts UTF-8 bytes
+                value = value.encode()
+            if isinstance(key, str):
+                key = key.encode()
             if bound is not None and len(value or b"") + len(key or b"") > bound:
                 too_large.append(i)
                 continue
@@ -363,10 +387,20 @@ class StreamProducer:
                     break
                 except BufferError:
                     producer.poll(0.05)  # local queue full: back-pressure, not failure
+                except KafkaException as exc:
+                    raise _produce_error(exc, len(value or b"") + len(key or b"")) from None
         queued = i + 1 - len(too_large)
         route.counts.sent += queued
         self._sent_since_poll += queued
         return too_large
+
+    def _on_gone(self, reason: str) -> None:
+        """The stream was deleted: refuse records from now on (those queued already are
+        delivered or fail as their topics allow, and ``flush`` reports them)."""
+        with self._lock:
+            self._gone = reason
+            self._routes = {}
+        self.heartbeat.stop()
 
     def _route_for(self, lane: str | None) -> _Route:
         """The route of ``lane`` (the default lane when None), opening if needed."""
@@ -376,6 +410,8 @@ class StreamProducer:
             raise ProduceError("the producer is closed")
         route = self._routes.get(lane or self._default_lane or "")
         if route is None:
+            if self._gone is not None:
+                raise NotFound(f"{self._gone}: records cannot be sent to it")
             raise ConfigError(
                 f"stream {self.stream!r} has no lane {lane!r} (lanes: {', '.join(self._routes)})"
             )

@@ -3,7 +3,9 @@
 The watcher fetches the table once (``start``), then a daemon thread long-polls the
 control plane and hands every newer table to the listeners, usually within a second of
 the change. If the control plane goes away the cached table stays in force
-(fail-static) and the thread retries with backoff until it answers again.
+(fail-static) and the thread retries with backoff until it answers again. When the
+control plane says the stream no longer exists (it was deleted), the watch ends and
+``gone`` says why: producers refuse new records from then on.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.core.routing import RoutingTable
-from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable
+from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,12 @@ class RoutingWatcher:
         self._poll_timeout_s = poll_timeout_s
         self._max_backoff_s = max_backoff_s
         self._listeners: list[Listener] = []
+        self._gone_listeners: list[Callable[[str], None]] = []
         self._table: RoutingTable | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.connected = False
+        self.gone: str | None = None  # why the stream is no more (deleted), once told
 
     @property
     def table(self) -> RoutingTable:
@@ -49,6 +53,10 @@ class RoutingWatcher:
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def add_gone_listener(self, listener: Callable[[str], None]) -> None:
+        """Called (from the watch thread) with ``gone`` when the stream is deleted."""
+        self._gone_listeners.append(listener)
 
     def start(self) -> RoutingTable:
         """Fetch the table (raises if the control plane cannot be reached) and start watching."""
@@ -66,6 +74,7 @@ class RoutingWatcher:
         or consumer (and the records it still buffers) is freed at once, not then."""
         self._stop.set()
         self._listeners = []
+        self._gone_listeners = []
 
     def _run(self) -> None:
         backoff = 0.1
@@ -86,6 +95,16 @@ class RoutingWatcher:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
+            except NotFound as exc:
+                if not self._stop.is_set():
+                    self.gone = gone = f"stream {self._stream!r} was deleted ({exc})"
+                    log.warning("%s: the routing watch ends", gone)
+                    for on_gone in self._gone_listeners:
+                        try:
+                            on_gone(gone)
+                        except Exception:
+                            log.exception("routing listener failed")
+                return
             except ControlPlaneError as exc:
                 if not self._stop.is_set():
                     log.warning("routing watch for %s failed: %s", self._stream, exc)
