@@ -1,7 +1,15 @@
 """What the control plane's failover tasks ask of a Kafka cluster: a thin adapter.
 
-- ``probe``: metadata, then one record produced with ``acks=all`` to the health topic
-  ``__streamplane_health`` (created on demand), both within a short timeout;
+- ``probe``: metadata, then one record produced to every partition of the health topic
+  ``__streamplane_health`` (created on demand with a partition per broker, so each broker
+  leads one), all within a short timeout. Each write needs its leader only
+  (``acks=1``): the probe asks whether the cluster takes writes, not whether every
+  replica is in sync. Losing one broker of several leaves the cluster taking writes:
+  the probe reports which partitions failed (the cluster is ``degraded``), and fails
+  only when no write is acknowledged (with ``acks=all`` a dead follower held every
+  write of the partitions it replicated until the controller fenced it, ~9 s, longer
+  than the 3 s after which a cluster is down: a healthy 3-broker cluster that lost one
+  broker had its streams failed over);
 - ``end_offsets``: the end offset of every partition of a topic (to seal a segment);
 - ``committed``: per consumer group, its committed offsets on some topics (to retire one).
 
@@ -39,7 +47,10 @@ _HEALTH_RETENTION_MS = str(3600 * 1000)
 
 
 class ClusterIO(Protocol):
-    def probe(self, timeout: float) -> None: ...
+    def probe(self, timeout: float) -> str | None:
+        """None when every write was acknowledged; what failed when some were (the
+        cluster takes writes); raises ``KafkaError`` when none was."""
+        ...
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]: ...
 
@@ -61,7 +72,7 @@ class KafkaClusterIO:
         self._producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
-                "acks": "all",
+                "acks": 1,
                 "linger.ms": 0,
                 "enable.idempotence": False,
                 "message.timeout.ms": max(500, int(probe_timeout * 1000)),
@@ -82,7 +93,7 @@ class KafkaClusterIO:
                 self._groups_admin.close()
             self._groups_admin = None
 
-    def probe(self, timeout: float) -> None:
+    def probe(self, timeout: float) -> str | None:
         with self._lock:
             deadline = time.monotonic() + timeout
             try:
@@ -91,32 +102,52 @@ class KafkaClusterIO:
                 raise to_kafka_error(exc, "metadata") from exc
             if not md.brokers:
                 raise KafkaError("metadata: no broker answered")
-            if HEALTH_TOPIC not in md.topics and not self._topic_ready:
-                self._create_health_topic(len(md.brokers), timeout)
+            topic = md.topics.get(HEALTH_TOPIC)
+            if topic is None or topic.error is not None or not topic.partitions:
+                if not self._topic_ready:
+                    self._create_health_topic(len(md.brokers), timeout)
+                partitions = list(range(len(md.brokers)))
+            else:
+                partitions = sorted(topic.partitions)
+                if len(partitions) < len(md.brokers):  # brokers added since: one each
+                    self._add_health_partitions(len(md.brokers), timeout)
             self._topic_ready = True
-            errors: list[str] = []
+            failed: dict[int, str] = {}
 
-            def delivered(err: Any, _msg: Any) -> None:
+            def delivered(err: Any, msg: Any) -> None:
                 if err is not None:
-                    errors.append(str(err.str()))
+                    failed[msg.partition()] = str(err.str())
 
-            self._producer.produce(HEALTH_TOPIC, str(time.time()).encode(), on_delivery=delivered)
+            value = str(time.time()).encode()
+            for partition in partitions:
+                self._producer.produce(
+                    HEALTH_TOPIC, value, partition=partition, on_delivery=delivered
+                )
             left = self._producer.flush(max(0.05, deadline - time.monotonic()))
             if left:
                 self._producer.purge()
-                self._producer.flush(0)
+                self._producer.flush(0)  # serves the purged writes' reports: failed
+            if len(failed) < len(partitions):
+                if not failed:
+                    return None
+                first = min(failed)
+                return (
+                    f"{len(failed)} of {len(partitions)} {HEALTH_TOPIC} partitions took no "
+                    f"write in {timeout:g}s (partition {first}: {failed[first]})"
+                )
+            errors = list(failed.values())
+            if any("UNKNOWN_TOPIC" in e.upper() or "Unknown topic" in e for e in errors):
+                self._topic_ready = False
+            if left:
                 raise KafkaError(f"produce to {HEALTH_TOPIC}: no acknowledgement in {timeout:g}s")
-            if errors:
-                if "UNKNOWN_TOPIC" in errors[0].upper() or "Unknown topic" in errors[0]:
-                    self._topic_ready = False
-                raise KafkaError(f"produce to {HEALTH_TOPIC}: {errors[0]}")
+            raise KafkaError(f"produce to {HEALTH_TOPIC}: {errors[0]}")
 
     def _create_health_topic(self, brokers: int, timeout: float) -> None:
         from confluent_kafka.admin import NewTopic
 
         topic = NewTopic(
             HEALTH_TOPIC,
-            num_partitions=1,
+            num_partitions=brokers,
             replication_factor=min(3, brokers),
             config={"retention.ms": _HEALTH_RETENTION_MS},
         )
@@ -125,6 +156,18 @@ class KafkaClusterIO:
             await_future(fut, timeout, f"create {HEALTH_TOPIC}")
         except KafkaError as err:
             if err.code != "TOPIC_ALREADY_EXISTS":
+                raise
+
+    def _add_health_partitions(self, brokers: int, timeout: float) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        fut = self._admin.create_partitions(
+            [NewPartitions(HEALTH_TOPIC, brokers)], request_timeout=timeout
+        )[HEALTH_TOPIC]
+        try:
+            await_future(fut, timeout, f"add partitions to {HEALTH_TOPIC}")
+        except KafkaError as err:  # another replica did it first; or try again next probe
+            if err.code != "INVALID_PARTITIONS":
                 raise
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:

@@ -7,8 +7,8 @@ the pure rules of ``streamplane.core.failover`` what to do, and act through the
 wakes the watchers).
 
 - **Health**: one prober thread per registered cluster probes it every
-  ``health_interval`` seconds (metadata plus an ``acks=all`` produce to the health
-  topic). A cluster failing for ``health_threshold`` seconds is ``down``: every stream
+  ``health_interval`` seconds (metadata plus a write to each partition of the health
+  topic, one led by each broker; ``cluster_io``). A cluster failing for ``health_threshold`` seconds is ``down``: every stream
   with an active segment there is failed over (all of those lanes, the dlq included) to
   the standby ``choose_standby`` picks, with actor ``health``. Health is written to the
   store so every replica serves it.
@@ -311,8 +311,9 @@ class FailoverRuntime:
         cluster = self.service.store.get_cluster(name)
         started = self._clock()
         error: str | None = None
+        partial: str | None = None
         try:
-            self._io(cluster.bootstrap).probe(s.health_timeout)
+            partial = self._io(cluster.bootstrap).probe(s.health_timeout)
         except StreamplaneError as exc:
             error = str(exc)
         except Exception as exc:
@@ -327,10 +328,11 @@ class FailoverRuntime:
                 now=now,
                 threshold_s=s.health_threshold,
                 error=error,
+                partial=partial,
             )
             self._health[name] = state
             written, last_written = self._written.get(name, (None, -1e9))
-        key = (state.health.value, state.last_error if error else None)
+        key = (state.health.value, state.last_error if error or partial else None)
         if key != written or now - last_written >= HEALTH_REWRITE_S:
             self._write_health(name, state, now)
             with self._health_lock:

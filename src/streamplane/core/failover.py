@@ -5,9 +5,10 @@ The control plane's background tasks (``controlplane.failover_runtime``) gather 
 functions what to do; nothing here does I/O or reads a clock.
 
 - **Health** of a cluster is ``ok`` after a successful probe, ``degraded`` while probes
-  fail for less than the threshold, ``down`` once they have failed for at least the
-  threshold (seconds since the first failed probe of the streak), ``unknown`` before the
-  first probe.
+  fail for less than the threshold or succeed only in part (some brokers take no
+  writes: the cluster still does, so it never becomes ``down`` that way), ``down``
+  once probes have failed for at least the threshold (seconds since the first failed
+  probe of the streak), ``unknown`` before the first probe.
 - **Standby**: where the streams of a down cluster go, in this order: the failed
   cluster's tag ``standby.<stream>``, then its tag ``standby`` (comma-separated, in order
   of preference), then a cluster with the same ``region`` tag, then any cluster; only
@@ -60,8 +61,14 @@ def observe_probe(
     now: float,
     threshold_s: float,
     error: str | None = None,
+    partial: str | None = None,
 ) -> HealthState:
-    """The state after one probe that began at ``started`` and ended at ``now``."""
+    """The state after one probe that began at ``started`` and ended at ``now``; with
+    ``ok``, ``partial`` says what part of it failed (the cluster is degraded, and its
+    failing streak, if any, ends: it takes writes)."""
+    if ok and partial is not None:
+        since = state.since if state.health is ClusterHealth.DEGRADED else now
+        return HealthState(ClusterHealth.DEGRADED, since=since, last_error=partial)
     if ok:
         if state.health is ClusterHealth.OK:
             return state

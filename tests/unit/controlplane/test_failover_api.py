@@ -36,6 +36,8 @@ class StubClusterIO:
     """Per cluster: up or down, end offsets per topic, committed offsets per group."""
 
     down: set[str] = field(default_factory=set)
+    # Clusters whose probes succeed in part (a broker of several down): what failed.
+    partial: dict[str, str] = field(default_factory=dict)
     ends: dict[str, dict[int, int]] = field(default_factory=dict)
     commits: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (cluster, what)
@@ -54,8 +56,9 @@ class _IO:
         if self.cluster in self.stub.down:
             raise KafkaError(f"{self.cluster} is down", code="_TRANSPORT")
 
-    def probe(self, timeout: float) -> None:
+    def probe(self, timeout: float) -> str | None:
         self._check()
+        return self.stub.partial.get(self.cluster)
 
     def end_offsets(self, topic: str, partitions: int, timeout: float) -> dict[int, int]:
         self.stub.calls.append((self.cluster, "end_offsets"))
@@ -280,6 +283,31 @@ def test_down_cluster_fails_its_streams_over(
     assert service.routing("orders").epoch == table.epoch
     other = service.routing("other")  # its lanes were on local-b already, its dlq was not
     assert (other.active("realtime").epoch, other.active("dlq").cluster) == (2, "local-b")
+
+
+def test_a_cluster_that_still_takes_writes_is_degraded_never_down(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    """One broker of three down: some health partitions take no write, the others do.
+    The cluster stays degraded however long it lasts, and its streams stay (a healthy
+    3-broker cluster that lost one broker had its streams failed over)."""
+    create_stream(fhttp, "orders")
+    runtime.probe_once("local-b")  # ok: a candidate, were local-a down
+    io.partial["local-a"] = "1 of 3 __streamplane_health partitions took no write"
+    for _ in range(10):
+        state = runtime.probe_once("local-a")
+        assert state.health is ClusterHealth.DEGRADED
+        assert state.last_error == io.partial["local-a"]
+        clock.now += 1.0
+    assert service.routing("orders").epoch == 1
+    shown = fhttp.get("/v1/clusters/local-a").json()["health"]
+    assert (shown["state"], shown["last_error"]) == ("degraded", io.partial["local-a"])
+    del io.partial["local-a"]
+    assert runtime.probe_once("local-a").health is ClusterHealth.OK
 
 
 def test_bogus_cluster_never_moves_other_streams(

@@ -61,6 +61,22 @@ def test_health_from_probes(probes: list[tuple[float, float, bool]], expected: l
     assert run_probes(probes) == expected
 
 
+def test_a_partial_probe_degrades_and_ends_a_failing_streak() -> None:
+    failing = observe_probe(HealthState(), ok=False, started=0, now=2, threshold_s=3, error="e")
+    part = observe_probe(failing, ok=True, started=2, now=2.5, threshold_s=3, partial="1 of 3")
+    assert (part.health, part.since, part.failing_since, part.last_error) == (
+        DEG,
+        0 + 2,
+        None,
+        "1 of 3",
+    )
+    later = observe_probe(part, ok=True, started=60, now=61, threshold_s=3, partial="1 of 3")
+    assert (later.health, later.since) == (DEG, 2)  # degraded since the first
+    again = observe_probe(later, ok=False, started=62, now=64, threshold_s=3, error="e")
+    assert (again.health, again.failing_since) == (DEG, 62)  # a new streak: not down yet
+    assert observe_probe(later, ok=True, started=70, now=71, threshold_s=3).health is OK
+
+
 def test_health_keeps_since_and_counts_failures() -> None:
     s = observe_probe(HealthState(), ok=False, started=0, now=1, threshold_s=3, error="e1")
     s2 = observe_probe(s, ok=False, started=1, now=2, threshold_s=3, error="e2")

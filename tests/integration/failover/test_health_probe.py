@@ -1,0 +1,57 @@
+"""The health probe on a 3-broker cluster that loses one broker: degraded, never down.
+
+The probe wrote one record with ``acks=all`` to a one-partition health topic. With one
+broker of three killed, that write waited until the controller fenced the broker (its
+session timeout, ~9 s) or a new leader was elected, longer than the 3 s after which a
+cluster is down: the control plane failed a healthy cluster's streams over. Now the
+probe writes to a partition led by each broker (``acks=1``) and fails only when none
+takes the write.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from streamplane.controlplane.cluster_io import HEALTH_TOPIC, KafkaClusterIO
+from streamplane.kafka.admin import QUIET
+from streamplane.local.fleet import ClusterInfo, LocalFleet, wait_healthy
+from tests.waiting import wait_for
+
+WATCH_S = 15.0  # past the broker session timeout (9 s): the cluster settles meanwhile
+
+
+def test_one_broker_of_three_down_leaves_the_cluster_taking_writes(
+    rack_local_fleet: LocalFleet, rack_cluster: ClusterInfo
+) -> None:
+    io = KafkaClusterIO(rack_cluster.bootstrap, probe_timeout=1.0)
+    admin = AdminClient({"bootstrap.servers": rack_cluster.bootstrap, **QUIET})
+    try:
+        wait_for("a clean probe", lambda: io.probe(1.0) is None, 60, every=0.5)
+        topic = admin.list_topics(HEALTH_TOPIC, timeout=10).topics[HEALTH_TOPIC]
+        leaders = {p.id: p.leader for p in topic.partitions.values()}
+        brokers = {b.node_id for b in rack_cluster.brokers}
+        assert set(leaders.values()) == brokers  # each broker leads a health partition
+        victim = leaders[0]
+        rack_local_fleet.kill_broker("racked", victim)
+        try:
+            outcomes: list[str] = []
+            end = time.monotonic() + WATCH_S
+            while time.monotonic() < end:
+                started = time.monotonic()
+                try:
+                    problem = io.probe(1.0)
+                except Exception as exc:  # the cluster would have counted as failing
+                    outcomes.append(f"failed: {exc}")
+                else:
+                    outcomes.append("ok" if problem is None else f"partial: {problem}")
+                time.sleep(max(0.0, 0.5 - (time.monotonic() - started)))
+            failed = [o for o in outcomes if o.startswith("failed")]
+            assert not failed, failed
+            assert any(o.startswith("partial") for o in outcomes), outcomes
+        finally:
+            rack_local_fleet.start_broker("racked", victim)
+            wait_healthy(rack_local_fleet.descriptor().cluster("racked"), timeout_s=120)
+    finally:
+        io.close()
