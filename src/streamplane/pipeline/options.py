@@ -21,6 +21,7 @@ Option names are case-insensitive (Spark lower-cases them).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -102,11 +103,45 @@ def _url(options: Mapping[str, str]) -> str:
     return url
 
 
+# The reader's options (matched without regard to case, as Spark does).
+READ_OPTIONS = (
+    "stream",
+    "group",
+    "controlPlane",
+    "control_plane",
+    "url",
+    "token",
+    "lanes",
+    "startingOffsets",
+    "commitToKafka",
+    "maxRecordsPerTrigger",
+    "maxBytesPerTrigger",
+    "estimatedRecordBytes",
+    "maxRecordsPerSplit",
+)
+
+
+def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:
+    """A misspelt option (``maxRecordPerTrigger``) was ignored: the query ran without it."""
+    by_lower = {name.lower(): name for name in known}
+    for given in options:
+        if str(given).lower() not in by_lower:
+            close = difflib.get_close_matches(str(given).lower(), list(by_lower), n=1)
+            hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+            raise ConfigError(
+                f"the streamplane source has no option {given!r}{hint}; its options: "
+                f"{', '.join(known)}"
+            )
+
+
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Check the reader's options; raises ConfigError naming the bad option."""
+    _check_known(options, READ_OPTIONS)
     stream = validate_stream_name(_required(options, "stream", "the stream to read"))
     group = _required(options, "group", "the consumer group whose progress the source commits")
     lanes_text = _get(options, "lanes")
+    if lanes_text is None and any(str(k).lower() == "lanes" for k in options):
+        raise ConfigError("option 'lanes' names no lane (leave it out to read every lane)")
     lanes: tuple[str, ...] | None = None
     if lanes_text is not None:
         lanes = tuple(x.strip() for x in lanes_text.split(",") if x.strip())

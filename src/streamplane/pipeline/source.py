@@ -44,6 +44,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka import KafkaException as _RawKafkaException
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
@@ -154,6 +155,14 @@ class StreamplaneDataSource(DataSource):
         # Called on the driver at load() (reads only): the place to refuse bad input.
         preflight_read(self.options)
         return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        """Batch reads are not offered: Spark's own error was a bare "[NOT_IMPLEMENTED]
+        reader is not implemented" at the first action."""
+        raise ConfigError(
+            "the streamplane source reads streams only: use spark.readStream (with "
+            ".trigger(availableNow=True) to read what is there and stop), not spark.read"
+        )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return StreamplaneStreamReader(parse_read_options(self.options))

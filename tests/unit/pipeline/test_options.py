@@ -38,6 +38,13 @@ def test_bytes_limit_becomes_rows() -> None:
         ({"stream": "s", "group": "g", "lanes": " , "}, "'lanes'"),
         ({"stream": "s", "group": "g", "startingOffsets": "middle"}, "startingOffsets"),
         ({"stream": "s", "group": "g", "controlPlane": "ftp://x"}, "controlPlane"),
+        # A misspelt option was ignored, and an empty lanes option read every lane.
+        (
+            {"stream": "s", "group": "g", "maxRecordPerTrigger": "9"},
+            "no option 'maxRecordPerTrigger' .did you mean 'maxRecordsPerTrigger'",
+        ),
+        ({"stream": "s", "group": "g", "bogusOption": "1"}, "no option 'bogusOption'"),
+        ({"stream": "s", "group": "g", "lanes": ""}, "'lanes' names no lane"),
     ],
 )
 def test_bad_read_options(options: dict[str, str], needle: str) -> None:
@@ -84,3 +91,13 @@ def test_the_writer_takes_string_or_binary_values_and_keys() -> None:
         _columns(schema(value=StringType(), key=IntegerType()))
     with pytest.raises(ConfigError, match="needs a 'value' column"):
         _columns(schema(payload=StringType()))
+
+
+def test_batch_reads_say_to_read_a_stream() -> None:
+    """``spark.read.format("streamplane").load().count()`` failed with Spark's bare
+    "[NOT_IMPLEMENTED] reader is not implemented"."""
+    from streamplane.pipeline.source import StreamplaneDataSource
+
+    source = StreamplaneDataSource({"stream": "s", "group": "g"})
+    with pytest.raises(ConfigError, match=r"streams only: use spark.readStream"):
+        source.reader(None)
