@@ -266,7 +266,7 @@ def apply_checked(
             bootstrap=bootstrap,
             log=progress,
         )
-        throttle.recover()
+        throttle.take_over()
     line = ProgressLine()
     executor = Executor(
         admin,
@@ -338,8 +338,13 @@ def _execute(
         raise
     finally:
         line.close()
-        if throttle is not None and not keep_throttles:
-            throttle.clear()
+        if throttle is not None and not keep_throttles and not throttle.finish():
+            click.echo(
+                "reassignments of an earlier run are still running: their throttles stay, "
+                f"recorded in {throttle.params.state_file} (`streamplane ops throttle` "
+                "manages and removes them)",
+                err=True,
+            )
 
 
 def _throttles_left(throttle: Autothrottle, bootstrap: str) -> str:
@@ -388,6 +393,13 @@ def map_() -> None:
     """Plan partition placement (rebuild, rebalance, scale) and optionally apply it."""
 
 
+allow_mixed_option = click.option(
+    "--allow-mixed-replication",
+    is_flag=True,
+    help="Apply a plan that leaves partitions of a topic with different replica counts.",
+)
+
+
 def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in (
         click.option(
@@ -421,6 +433,7 @@ def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Write Kafka's reassignment JSON here.",
         ),
         click.option("--apply", "do_apply", is_flag=True, help="Apply the plan after showing it."),
+        allow_mixed_option,
         json_option,
         executor_options,
         cluster_options,
@@ -453,6 +466,7 @@ _FLAG_PARAMS = (
     "partition_limit",
     "min_partition_size",
     "locality_scoped",
+    "allow_mixed_replication",
 )
 _PARAM_NAME = re.compile(rf"\b({'|'.join(_FLAG_PARAMS)})\b(?:=([^\s,;:)]+))?")
 
@@ -471,6 +485,17 @@ def _planning(
     dead: tuple[int, ...],
     broker_racks: tuple[str, ...],
 ) -> tuple[KafkaOpsAdmin, Any]:
+    for first, second, a, b in (
+        ("--dead", "--new", dead, new_ids),
+        ("--dead", "--retire", dead, retire),
+        ("--retire", "--new", retire, new_ids),
+    ):
+        both = sorted(set(a) & set(b))
+        if both:
+            raise ConfigError(
+                f"broker(s) {', '.join(map(str, both))} given as both {first} and {second}: "
+                "give each broker one state"
+            )
     racks: dict[int, str] = {}
     for item in broker_racks:
         bid, sep, rack = item.partition("=")
@@ -503,6 +528,7 @@ def _finish(
     do_apply: bool,
     exec_opts: dict[str, Any],
 ) -> None:
+    allow_mixed_replication = bool(exec_opts.pop("allow_mixed_replication", False))
     try:
         show_plan(plan_, as_json)
         document = plan_.to_reassignment_json(indent=2)
@@ -513,7 +539,11 @@ def _finish(
             click.echo("no partition changes", err=True)
             return
         if do_apply:
-            apply_checked(admin, bootstrap, check_plan(document, admin), **exec_opts)
+            with flag_names():
+                checked = check_plan(
+                    document, admin, allow_mixed_replication=allow_mixed_replication
+                )
+            apply_checked(admin, bootstrap, checked, **exec_opts)
     finally:
         admin.close()
 
@@ -729,7 +759,7 @@ def map_scale(
     help="Cancel every reassignment in progress instead, and remove the throttles an "
     "--autothrottle run left with them (its --state-file).",
 )
-@click.option("--allow-mixed-replication", is_flag=True)
+@allow_mixed_option
 @json_option
 @executor_options
 @cluster_options
@@ -762,7 +792,8 @@ def apply(
             text = sys.stdin.read() if str(plan_file) == "-" else plan_file.read_text()
         except OSError as exc:
             raise ConfigError(f"cannot read {plan_file}: {exc.strerror}") from exc
-        checked = check_plan(text, admin, allow_mixed_replication=allow_mixed_replication)
+        with flag_names():
+            checked = check_plan(text, admin, allow_mixed_replication=allow_mixed_replication)
         view = cluster_view(
             admin,
             MetricsFetcher(LogDirsSource(admin)),

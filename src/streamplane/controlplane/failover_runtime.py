@@ -8,9 +8,9 @@ wakes the watchers).
 
 - **Health**: one prober thread per registered cluster probes it every
   ``health_interval`` seconds (metadata plus a write to each partition of the health
-  topic, one led by each broker; ``cluster_io``). A cluster failing for ``health_threshold`` seconds is ``down``: every stream
-  with an active segment there is failed over (all of those lanes, the dlq included) to
-  the standby ``choose_standby`` picks, with actor ``health``. Health is written to the
+  topic, one led by each broker; ``cluster_io``). A cluster failing for
+  ``health_threshold`` seconds is ``down``: every stream with an active segment there
+  is failed over (all of those lanes, the dlq included) to the standby ``choose_standby`` picks, with actor ``health``. Health is written to the
   store so every replica serves it.
 - **Sealer**: every ``sealer_interval`` seconds, each draining segment is sealed when
   ``seal_reason`` says so, with the end offsets read from its cluster (a dead cluster:

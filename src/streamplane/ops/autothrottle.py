@@ -188,6 +188,7 @@ class Autothrottle:
         self._last: tuple[float, dict[tuple[int, TopicPartition], int]] | None = None
         self._rates: dict[int, ThrottleRates] = {}
         self._told_unreachable: set[str] = set()
+        self._rewrite = False
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> list[str]:
@@ -199,6 +200,38 @@ class Autothrottle:
         cleared = self._restore_all()
         self._log(f"recovered {len(cleared)} throttled resource(s) left by an earlier run")
         return cleared
+
+    def take_over(self) -> list[str]:
+        """Start: adopt the throttles an earlier run left (``ops apply --no-wait`` or
+        ``--timeout``, a killed run) while their reassignments are still running, or
+        remove them (``recover()``) when none is; returns the resources recorded.
+
+        Adopting keeps every recorded throttle in force: nothing is removed before the
+        next ``step()`` writes its values (set first, over the old ones), so a copy in
+        flight is never unthrottled, not even for a moment. The rates in force become
+        kafka-kit's fallback for that first step (no traffic sample yet), and the
+        first write sets every wanted value again (a run killed between recording and
+        writing may have recorded values the cluster never got)."""
+        state = ThrottleState.load(self.params.state_file)
+        if state is None:
+            return []
+        if not self.admin.list_reassignments():
+            return self.recover()
+        self._state = state
+        self._rates = {
+            int(resource.partition(":")[2]): ThrottleRates(
+                _int_or_none(values.get(LEADER_RATE)), _int_or_none(values.get(FOLLOWER_RATE))
+            )
+            for resource, values in state.current.items()
+            if resource.startswith("broker:")
+        }
+        self._rewrite = True
+        names = sorted(state.previous)
+        self._log(
+            f"took over {len(names)} throttled resource(s) left by an earlier run: "
+            "reassignments are still running, their throttles stay until replaced"
+        )
+        return names
 
     def clear(self) -> list[str]:
         """Remove every throttle this tool set (restoring earlier values); delete the state."""
@@ -264,8 +297,24 @@ class Autothrottle:
     def prepare(self, changes: Sequence[ReplicaChange]) -> StepResult:
         """Throttle reassignments about to be submitted (as ``kafka-reassign-partitions``
         does), so not a byte is copied unthrottled. No traffic is known yet: kafka-kit's
-        fallback applies (the throttle in force, or the minimum)."""
-        return self._set(list(changes), {})
+        fallback applies (the throttle in force, or the minimum). Reassignments already
+        running (an earlier ``--no-wait`` run taken over) stay throttled too."""
+        given = {(c.topic, c.partition) for c in changes}
+        running = [_change(r) for k, r in self.admin.list_reassignments().items() if k not in given]
+        return self._set([*changes, *running], {})
+
+    def finish(self) -> bool:
+        """Remove every throttle unless reassignments are still running (those of an
+        earlier run taken over): then they stay, recorded, for ``ops throttle``.
+        Returns whether they were removed."""
+        try:
+            running = bool(self.admin.list_reassignments())
+        except KafkaError:
+            running = False
+        if running:
+            return False
+        self.clear()
+        return True
 
     def _set(
         self, changes: list[ReplicaChange], traffic: Mapping[int, BrokerTraffic]
@@ -365,7 +414,7 @@ class Autothrottle:
             target = wanted.get(resource, {})
             had = self._state.current.get(resource, {})
             keys = BROKER_KEYS if kind == "broker" else TOPIC_KEYS
-            set_now = {k: v for k, v in target.items() if had.get(k) != v}
+            set_now = {k: v for k, v in target.items() if self._rewrite or had.get(k) != v}
             gone = [k for k in keys if k in had and k not in target]
             if not set_now and not gone:
                 continue
@@ -381,6 +430,7 @@ class Autothrottle:
         self._state.save(self.params.state_file)
         if changes:
             self._apply(changes, "set throttles")
+        self._rewrite = False
 
     def _record_previous(self, resources: list[str]) -> None:
         by_kind: dict[str, list[str]] = {}
@@ -412,9 +462,10 @@ class Autothrottle:
         """Recover, then step every ``interval`` seconds; always clear on the way out.
 
         ``until_idle``: return once no reassignment has been running for a step (after
-        at least one step). Returns the number of steps taken.
+        at least one step). Returns the number of steps taken. Throttles an earlier run
+        left are taken over while their reassignments run (``take_over()``).
         """
-        self.recover()
+        self.take_over()
         steps = 0
         try:
             while max_steps is None or steps < max_steps:
@@ -445,6 +496,13 @@ def _rates_text(values: Mapping[str, str]) -> str:
     if FOLLOWER_RATE in values:
         parts.append(f"follower {int(values[FOLLOWER_RATE]) / 1e6:.2f} MB/s")
     return "/".join(parts) or "-"
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 def _live_roles(roles: ReassignmentRoles, live: set[int]) -> ReassignmentRoles:

@@ -4,7 +4,9 @@ brokers at a time, with progress, completion checks and cancel.
 Nothing is applied until the whole plan has been checked against the live cluster:
 ``check_plan`` parses Kafka's reassignment JSON with the mapper's parser (every
 problem at once) against the live brokers and the cluster's current partitions, and
-refuses partitions already being reassigned. A refused plan raises ``PlanRejected``
+refuses partitions already being reassigned and, unless ``allow_mixed_replication``, a
+plan that would leave a topic with different replica counts (counting the topic's
+partitions the plan does not list). A refused plan raises ``PlanRejected``
 (a ``ConfigError`` listing the problems) and no request has been sent.
 
 Batches: partitions that copy data are grouped so that at most ``concurrency``
@@ -80,8 +82,10 @@ def check_plan(
             allow_mixed_replication=allow_mixed_replication,
         )
     except ReassignmentJsonError as exc:
-        raise PlanRejected(exc.problems) from exc
+        raise PlanRejected([_with_override(p) for p in exc.problems]) from exc
     problems: list[str] = []
+    if not allow_mixed_replication:
+        problems += _mixed_replication(parsed.partition_map, current)
     running = admin.list_reassignments()
     for p in parsed.partition_map:
         if p.key in running:
@@ -95,6 +99,37 @@ def check_plan(
         raise PlanRejected(problems)
     subset = PartitionMap(current[p.key] for p in parsed.partition_map)
     return CheckedPlan(subset, parsed.partition_map)
+
+
+MIXED_OVERRIDE = "allow_mixed_replication accepts it"
+
+
+def _with_override(problem: str) -> str:
+    """The parser's mixed-replication problem, naming the override."""
+    if "different replica counts" in problem:
+        return f"{problem}, {MIXED_OVERRIDE}"
+    return problem
+
+
+def _mixed_replication(target: PartitionMap, current: PartitionMap) -> list[str]:
+    """Topics the plan would leave with different replica counts, counting the topic's
+    partitions the plan does not list (the parser sees only the plan's)."""
+    counts: dict[str, dict[int, int]] = {}
+    planned = set(target.topics())
+    for p in current:
+        if p.topic in planned:
+            counts.setdefault(p.topic, {})[p.partition] = len(p.replicas)
+    for p in target:
+        counts.setdefault(p.topic, {})[p.partition] = len(p.replicas)
+    problems = []
+    for topic, by_partition in sorted(counts.items()):
+        found = sorted(set(by_partition.values()))
+        if len(found) > 1:
+            problems.append(
+                f"{topic}: the plan would leave its partitions with different replica "
+                f"counts {found} (with the partitions it does not list), {MIXED_OVERRIDE}"
+            )
+    return problems
 
 
 def batches(

@@ -243,7 +243,8 @@ def test_autothrottle_cleans_up_after_being_killed_and_restarted(
     assert ops_admin.list_reassignments() != {}, "the copy should still be running"
     assert state.exists(), "the killed run left no state file"
 
-    # Restarted (as the autothrottle daemon): cleans up first, throttles until done, clears.
+    # Restarted (as the autothrottle daemon): takes the throttles over (the copy is still
+    # running: they are not removed first), throttles until done, clears.
     second = cli_popen(
         "ops", "throttle", "--bootstrap", racked4.bootstrap, "--capacity", "2MB",
         "--interval", "0.5", *rates, log=tmp_path / "second.log",
@@ -251,7 +252,7 @@ def test_autothrottle_cleans_up_after_being_killed_and_restarted(
     assert second.wait(120) == 0, (tmp_path / "second.log").read_text()
     elapsed = time.monotonic() - started
     log = (tmp_path / "second.log").read_text()
-    assert "recovered 3 throttled resource(s)" in log, log
+    assert "took over 3 throttled resource(s)" in log, log
     assert ops_admin.list_reassignments() == {}
     assert throttled() == {}
     assert not state.exists()

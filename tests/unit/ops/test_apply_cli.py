@@ -209,3 +209,61 @@ def test_a_zero_rate_is_refused(
     assert result.code == 2, result.err
     assert "must be at least 1 B" in result.err
     assert cluster.calls == []
+
+
+@pytest.fixture
+def mixed(cluster: StubOpsAdmin) -> StubOpsAdmin:
+    """Topic ``single``: partition 0 on brokers 1 and 2, partitions 1 and 2 on one broker
+    (as an ``ops apply --allow-mixed-replication`` of one partition leaves it)."""
+    cluster.replicas.update({("single", 0): (1, 2), ("single", 1): (1,), ("single", 2): (2,)})
+    return cluster
+
+
+def test_apply_refuses_a_plan_leaving_mixed_replica_counts_naming_the_flag(
+    mixed: StubOpsAdmin, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    plan = str(_plan(tmp_path / "p.json", ("single", 1, [1, 3])))
+    refused = cli("ops", "apply", plan, *FAST, "--yes")
+    assert refused.code == 1
+    assert "plan refused, nothing applied" in refused.err
+    assert "different replica counts [1, 2]" in refused.err
+    assert "--allow-mixed-replication accepts it" in refused.err, refused.err
+    assert "allow_mixed_replication" not in refused.err
+    assert not any(call == "alter_reassignments" for call, _ in mixed.calls)
+    applied = cli("ops", "apply", plan, *FAST, "--yes", "--allow-mixed-replication")
+    assert applied.code == 0, applied.err
+    assert mixed.replicas[("single", 1)] == (1, 3)
+
+
+def test_map_apply_on_a_mixed_topic_names_the_flag_and_accepts_it(
+    mixed: StubOpsAdmin, cli: Callable[..., Run]
+) -> None:
+    mixed.dead.add(1)
+    rebuild = ("ops", "map", "rebuild", *FAST, "--topics", "single", "--dead", "1", "--apply")
+    refused = cli(*rebuild, "--yes")
+    assert refused.code == 1
+    assert "different replica counts [1, 2]" in refused.err
+    assert "--allow-mixed-replication accepts it" in refused.err, refused.err
+    assert not any(call == "alter_reassignments" for call, _ in mixed.calls)
+    applied = cli(*rebuild, "--yes", "--allow-mixed-replication")
+    assert applied.code == 0, applied.err
+    assert all(1 not in r for k, r in mixed.replicas.items() if k[0] == "single")
+    assert sorted(len(r) for k, r in mixed.replicas.items() if k[0] == "single") == [1, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("flags", "both"),
+    [
+        (("--dead", "2", "--new", "2"), "--dead and --new"),
+        (("--dead", "3", "--retire", "3"), "--dead and --retire"),
+        (("--new", "4", "--retire", "4"), "--retire and --new"),
+    ],
+)
+def test_a_broker_given_two_states_is_refused(
+    flags: tuple[str, ...], both: str, cluster: StubOpsAdmin, cli: Callable[..., Run]
+) -> None:
+    result = cli("ops", "map", "rebuild", *FAST[:2], "--topics", "orders", *flags)
+    assert result.code == 1
+    assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
+    assert both in result.err
+    assert result.out == ""

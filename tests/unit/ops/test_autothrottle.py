@@ -25,6 +25,7 @@ from streamplane.ops.autothrottle import (
     default_state_file,
     terminate_on,
 )
+from streamplane.ops.kafka_ops import ConfigChange, ConfigKind
 from streamplane.ops.stub import StubOpsAdmin
 
 MB = 1_000_000
@@ -205,3 +206,73 @@ def test_a_broker_that_died_throttled_stays_recorded_until_it_is_back(tmp_path: 
     assert again.recover() == ["broker:1"]
     assert admin.throttle_configs() == {}
     assert not (tmp_path / "s.json").exists()
+
+
+def test_taking_over_a_running_copy_never_leaves_it_unthrottled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ops apply --no-wait --autothrottle` leaves a throttled copy running; `ops throttle`
+    takes it over. After every config write, while the copy runs, its brokers and its
+    topic are still throttled: the new values are set over the old ones, nothing is
+    removed first. The rate in force is kept while there is no traffic sample yet."""
+    admin, first, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    first.prepare([ReplicaChange("t", 0, (1, 2), (3, 2))])
+    admin.configs[("broker", "3")][FOLLOWER_RATE] = "200000"  # the rate the earlier run set
+    first._state.current["broker:3"][FOLLOWER_RATE] = "200000"
+    first._state.save(tmp_path / "state.json")
+    # The earlier run exits here, leaving the copy, its throttles and the state file.
+    writes: list[tuple[bool, dict[tuple[ConfigKind, str], dict[str, str]]]] = []
+    real = admin.alter_configs
+
+    def recording(changes: list[ConfigChange]) -> dict[tuple[ConfigKind, str], KafkaError | None]:
+        out = real(changes)
+        writes.append((bool(admin.running), admin.throttle_configs()))
+        return out
+
+    monkeypatch.setattr(admin, "alter_configs", recording)
+    admin.running[("t", 0)].steps_left = 8
+    _, takeover, _ = _setup(tmp_path)
+    takeover.admin = admin
+    assert takeover.run(until_idle=True) >= 2
+    assert writes, "the takeover wrote nothing"
+    while_running = [configs for running, configs in writes if running]
+    assert while_running, writes
+    for configs in while_running:
+        assert configs.get(("broker", "3"), {}).get(FOLLOWER_RATE), configs
+        assert configs.get(("broker", "1"), {}).get(LEADER_RATE), configs
+        assert configs.get(("topic", "t"), {}).get(FOLLOWER_REPLICAS) == "0:3", configs
+    # No traffic sample at the first step: kafka-kit's fallback, the rate in force.
+    assert while_running[0][("broker", "3")][FOLLOWER_RATE] == "200000"
+    # Once the copy ended, everything was removed.
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_a_start_with_nothing_running_still_removes_what_a_run_left(tmp_path: Path) -> None:
+    admin, first, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("t", 0): (3, 2)})
+    first.step()
+    admin.running.clear()
+    _, again, _ = _setup(tmp_path)
+    again.admin = admin
+    assert again.take_over() == ["broker:1", "broker:2", "broker:3", "topic:t"]
+    assert admin.throttle_configs() == {}
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_an_apply_keeps_the_copies_of_an_earlier_run_throttled(tmp_path: Path) -> None:
+    """`ops apply --autothrottle` while an earlier `--no-wait` copy runs: its batch is
+    throttled and so is the earlier copy, and the throttles stay while it runs."""
+    admin, at, _ = _setup(tmp_path, steps=100)
+    admin.alter_reassignments({("u", 0): (3, 2)})  # the earlier run's copy, to broker 2
+    at.prepare([ReplicaChange("t", 1, (2, 3), (2, 1))])  # this run's batch, to broker 1
+    configs = admin.throttle_configs()
+    assert configs[("topic", "u")][FOLLOWER_REPLICAS] == "0:2"
+    assert configs[("topic", "t")][FOLLOWER_REPLICAS] == "1:1"
+    assert FOLLOWER_RATE in configs[("broker", "2")]
+    assert not at.finish()
+    assert admin.throttle_configs() == configs
+    admin.running.clear()
+    assert at.finish()
+    assert admin.throttle_configs() == {}

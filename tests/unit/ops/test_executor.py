@@ -200,3 +200,29 @@ def test_kafka_failure_of_the_whole_call_propagates() -> None:
     admin.fail["alter_reassignments"] = KafkaError("controller gone", retriable=True)
     with pytest.raises(KafkaError, match="controller gone"):
         Executor(admin, ExecutorParams(), sleep=lambda _: None).apply(plan)
+
+
+def test_a_plan_leaving_a_topic_with_mixed_replica_counts_is_refused() -> None:
+    """The plan alone is consistent (one partition), but the topic's other partitions
+    keep 2 replicas: refused, naming the override, unless it is given."""
+    admin = _admin()
+    with pytest.raises(PlanRejected) as info:
+        check_plan(_doc(("t", 0, [1, 2, 3])), admin)
+    assert info.value.problems == [
+        "t: the plan would leave its partitions with different replica counts [2, 3] "
+        "(with the partitions it does not list), allow_mixed_replication accepts it"
+    ]
+    assert admin.calls == []
+    checked = check_plan(_doc(("t", 0, [1, 2, 3])), admin, allow_mixed_replication=True)
+    assert checked.target[("t", 0)].replicas == (1, 2, 3)
+    # Every partition of the topic raised at once: consistent, accepted.
+    check_plan(_doc(("t", 0, [1, 2, 3]), ("t", 1, [2, 3, 1]), ("t", 2, [3, 1, 2])), admin)
+
+
+def test_a_plan_for_an_already_mixed_topic_names_the_override() -> None:
+    admin = _admin()
+    admin.replicas[("t", 0)] = (1, 2, 3)
+    with pytest.raises(PlanRejected) as info:
+        check_plan(_doc(("t", 0, [4, 2, 3]), ("t", 1, [2, 4])), admin)
+    assert all("allow_mixed_replication accepts it" in p for p in info.value.problems)
+    assert "different replica counts [2, 3]" in str(info.value)
