@@ -10,8 +10,9 @@ wakes the watchers).
   ``health_interval`` seconds (metadata plus a write to each partition of the health
   topic, one led by each broker; ``cluster_io``). A cluster failing for
   ``health_threshold`` seconds is ``down``: every stream with an active segment there
-  is failed over (all of those lanes, the dlq included) to the standby ``choose_standby`` picks, with actor ``health``. Health is written to the
-  store so every replica serves it.
+  is failed over (all of those lanes, the dlq included) to the standby
+  ``choose_standby`` picks, with actor ``health``. Health is written to the store so
+  every replica serves it.
 - **Sealer**: every ``sealer_interval`` seconds, each draining segment is sealed when
   ``seal_reason`` says so, with the end offsets read from its cluster (a dead cluster:
   it stays draining); every ``retire_interval`` seconds each sealed segment is retired
