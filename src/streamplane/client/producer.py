@@ -170,6 +170,9 @@ class StreamProducer:
         # Producers of clusters the routing left, as (cluster, producer), kept until
         # their queue is empty (replaced, never mutated: read without the lock).
         self._retired: list[tuple[str, Producer]] = []
+        # The epoch each retired producer served (by id): while it still holds records,
+        # this producer reports that epoch in its heartbeats.
+        self._retired_epochs: dict[int, int] = {}
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
@@ -184,7 +187,7 @@ class StreamProducer:
         # When the producer started writing to each epoch (monotonic seconds).
         self.epoch_switch_times: dict[int, float] = {}
         # Reports the epoch it writes with, so the control plane can seal old segments.
-        self.heartbeat = ProducerHeartbeat(control_plane, stream, lambda: self._epoch)
+        self.heartbeat = ProducerHeartbeat(control_plane, stream, self._reported_epoch)
 
     # ------------------------------------------------------------------ life cycle
     def open(self) -> Self:
@@ -285,9 +288,12 @@ class StreamProducer:
             old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
-            self._epoch = table.epoch
+            served, self._epoch = self._epoch, table.epoch
             # Records already queued for the old cluster are still delivered there.
-            self._retired = self._retired + [(c, self._producers.pop(c)) for c in old_clusters]
+            retiring = [(c, self._producers.pop(c)) for c in old_clusters]
+            for _, producer in retiring:
+                self._retired_epochs[id(producer)] = served
+            self._retired = self._retired + retiring
 
     # ------------------------------------------------------------------ sending
     def send(
@@ -468,6 +474,18 @@ class StreamProducer:
         self._serve_retired()
         self._report_deliveries()
 
+    def _reported_epoch(self) -> int:
+        """The epoch this producer writes with, as its heartbeats tell the sealer: the
+        oldest one it still has records queued for. Records queued for a cluster the
+        stream has left are still being delivered there; reporting the new epoch at
+        once let the sealer seal the old segment while ~1,800 records were still on
+        their way to it (they landed past its sealed end)."""
+        epoch = self._epoch
+        for _, producer in self._retired:  # replaced, never changed: safe from any thread
+            if len(producer):
+                epoch = min(epoch, self._retired_epochs.get(id(producer), epoch))
+        return epoch
+
     def _serve_retired(self) -> None:
         """Serve the retired producers' reports; let go of those with nothing queued
         (their counts are final: published, then kept without the producer)."""
@@ -482,6 +500,8 @@ class StreamProducer:
         with self._lock:  # _apply may be adding one
             done = {id(p) for _, p in self._retired if not len(p)}
             self._retired = [(c, p) for c, p in self._retired if id(p) not in done]
+            for gone in done:
+                self._retired_epochs.pop(gone, None)
             for counts in [*self._counts.values(), *self._retired_counts]:
                 if id(counts.producer) in done:
                     counts.producer = _NOTHING_QUEUED

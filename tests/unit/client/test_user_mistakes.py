@@ -3,6 +3,7 @@ record (found by a first-time user of the library)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import warnings
 from typing import Any
@@ -181,3 +182,35 @@ def test_the_routing_watch_ends_when_the_stream_is_deleted() -> None:
     assert watcher.gone is not None and "stream 's' was deleted" in watcher.gone
     assert told == [watcher.gone]
     assert watcher.table is table  # the last routing stays readable
+
+
+def test_a_producer_reports_the_epoch_it_still_has_records_queued_for() -> None:
+    """Heartbeats reported the new epoch as soon as the routing changed, while records
+    queued for the cluster the stream left were still being delivered: the sealer
+    sealed the old segment with ~1,800 of them on the way (they landed past its sealed
+    end). The heartbeat now tells the oldest epoch with records still queued."""
+    from streamplane.client.producer import StreamProducer
+
+    class Queue:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __len__(self) -> int:
+            return self.n
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+    producer = StreamProducer("s", None)  # type: ignore[arg-type]
+    old, new = Queue(1800), Queue(5)
+    producer._producers = {"local-a": old}  # type: ignore[dict-item]
+    producer._epoch = 3
+    table = dataclasses.replace(new_routing_table("s", ["realtime"], "local-b", 1), epoch=4)
+    producer._producer_for = lambda cluster: new  # type: ignore[assignment,method-assign,return-value]
+    producer._apply(table)
+    assert producer.epoch == 4
+    assert producer._reported_epoch() == 3  # 1,800 records still queued for epoch 3
+    old.n = 0
+    assert producer._reported_epoch() == 4
+    producer._serve_retired()
+    assert producer._retired == [] and producer._retired_epochs == {}
