@@ -9,7 +9,13 @@ plane does not answer.
 An unknown ``--stream`` is an error (the API answers 404). So is ``--group`` with no
 tracked partition (without ``--watch``): one ``error:`` line and exit code 1. The API
 itself does not call an untracked group an error (the monitor may not have seen its
-commits yet), which is what ``--watch`` shows until they arrive.
+commits yet), which is what ``--watch`` shows until they arrive. An empty ``--group`` or
+``--stream`` is a usage error (exit code 2), like the API's 422.
+
+A group's offset lag and time lag cover its partitions whose lag is known; partitions
+whose lag is unknown (a cluster down before the monitor learnt where they start) are
+shown beside them, e.g. ``0 (4 unknown)``: such a group is not caught up as far as
+anyone knows.
 """
 
 from __future__ import annotations
@@ -41,6 +47,25 @@ def _int(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _with_unknown(known: str, unknown: int) -> str:
+    """A group's lag over its known partitions, and how many partitions are unknown."""
+    return f"{known} ({unknown} unknown)" if unknown else known
+
+
+def group_lags(g: Mapping[str, Any]) -> tuple[str, str]:
+    """(offset lag, time lag) of a ``/v1/lag`` group, with its unknown partitions."""
+    return (
+        _with_unknown(str(g["offset_lag"]), g.get("unknown_offset_lag", 0)),
+        _with_unknown(seconds(g["max_time_lag_s"]), g.get("unknown_time_lag", 0)),
+    )
+
+
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value:
+        raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+    return value
+
+
 def no_partitions(group: str, stream: str | None) -> str:
     if stream:
         return f"group {group!r}: no tracked partitions of stream {stream!r}"
@@ -61,8 +86,7 @@ def render(doc: Mapping[str, Any], group: str | None, stream: str | None = None)
                 ",".join(g["streams"]) or "-",
                 ",".join(g["clusters"]),
                 g["partitions"],
-                g["offset_lag"],
-                seconds(g["max_time_lag_s"]),
+                *group_lags(g),
                 g["status"],
             ]
             for g in groups
@@ -91,16 +115,20 @@ def render(doc: Mapping[str, Any], group: str | None, stream: str | None = None)
     out = table([*headers, "TIME LAG", "STATUS"], rows)
     if groups:
         g = groups[0]
+        offset_lag, time_lag = group_lags(g)
         out += (
-            f"\n\ngroup {g['group']}: offset lag {g['offset_lag']}, "
-            f"time lag {seconds(g['max_time_lag_s'])}, {g['status']}"
+            f"\n\ngroup {g['group']}: offset lag {offset_lag}, time lag {time_lag}, {g['status']}"
         )
     return out
 
 
 @click.command("lag")
-@click.option("--group", "-g", default=None, help="One group: a line per partition.")
-@click.option("--stream", "-s", default=None, help="Only partitions of this stream.")
+@click.option(
+    "--group", "-g", default=None, callback=_not_empty, help="One group: a line per partition."
+)
+@click.option(
+    "--stream", "-s", default=None, callback=_not_empty, help="Only partitions of this stream."
+)
 @click.option("--watch", "-w", is_flag=True, help="Redraw until interrupted.")
 @click.option(
     "--interval",

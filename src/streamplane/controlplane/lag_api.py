@@ -183,6 +183,8 @@ class GroupLagOut(BaseModel):
     unknown_time_lag: int
     status: str
     last_commit_ms: int | None
+    # Partitions whose offset lag is unknown (``offset_lag`` sums the known ones).
+    unknown_offset_lag: int = 0
 
     @classmethod
     def of(cls, s: GroupSummary) -> "GroupLagOut":
@@ -196,6 +198,7 @@ class GroupLagOut(BaseModel):
             unknown_time_lag=s.unknown_time_lag,
             status=s.status.name,
             last_commit_ms=s.last_commit_ms,
+            unknown_offset_lag=s.unknown_offset_lag,
         )
 
 

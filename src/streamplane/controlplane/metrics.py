@@ -8,7 +8,10 @@ Names (labels in braces):
 - ``streamplane_group_offset_lag{...same}``, ``streamplane_group_committed_offset{...}``,
   ``streamplane_group_status{...}`` (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR)
 - ``streamplane_group_max_time_lag_seconds{group}``, ``streamplane_group_total_offset_lag
-  {group}``, ``streamplane_group_worst_status{group}``: the group across clusters
+  {group}``, ``streamplane_group_worst_status{group}``: the group across clusters (the
+  lags over the partitions whose lag is known), with
+  ``streamplane_group_unknown_offset_lag_partitions{group}`` and
+  ``streamplane_group_unknown_time_lag_partitions{group}`` counting the others
 - ``streamplane_stream_dlq_records{stream,cluster,topic}``: log-end offsets of dlq segments
 - ``streamplane_lag_reader_caught_up{cluster}``, ``..._resumed_from_snapshot{cluster}``,
   ``..._catch_up_seconds{cluster}``, ``..._records_read_total{cluster}``,
@@ -83,6 +86,16 @@ class LagCollector(Collector):
             "The group's most severe partition status.",
             labels=["group"],
         )
+        g_unknown_offset = GaugeMetricFamily(
+            "streamplane_group_unknown_offset_lag_partitions",
+            "The group's partitions whose offset lag is unknown (not in the total).",
+            labels=["group"],
+        )
+        g_unknown_time = GaugeMetricFamily(
+            "streamplane_group_unknown_time_lag_partitions",
+            "The group's partitions not known to be caught up whose time lag is unknown.",
+            labels=["group"],
+        )
         dlq = GaugeMetricFamily(
             "streamplane_stream_dlq_records",
             "Records ever written to a dlq segment (its log-end offsets summed).",
@@ -140,6 +153,8 @@ class LagCollector(Collector):
                     g_time.add_metric([group], s.max_time_lag_s)
                 g_offset.add_metric([group], s.offset_lag)
                 g_status.add_metric([group], int(s.status))
+                g_unknown_offset.add_metric([group], s.unknown_offset_lag)
+                g_unknown_time.add_metric([group], s.unknown_time_lag)
             for stream, cluster, topic, records in monitor.dlq_records():
                 dlq.add_metric([stream, cluster, topic], records)
             for r in monitor.readers():
@@ -149,7 +164,8 @@ class LagCollector(Collector):
                     r_catch.add_metric([r.cluster], r.catch_up_s)
                 r_tracked.add_metric([r.cluster], r.commits_tracked)
                 r_read.add_metric([r.cluster], r.records_read)
-        yield from (time_lag, offset_lag, committed, status, g_time, g_offset, g_status, dlq)
+        yield from (time_lag, offset_lag, committed, status, g_time, g_offset, g_status)
+        yield from (g_unknown_offset, g_unknown_time, dlq)
         yield from (r_caught, r_resumed, r_catch, r_tracked, r_read)
 
 

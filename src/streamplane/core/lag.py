@@ -50,7 +50,10 @@ and was never 0 in those commits, returns REWIND if an offset went backwards, ST
 if the lag never decreased, else OK. Here the same questions are asked in seconds:
 
 0. ``OK`` when the offset lag is 0 or unknown (no commit, no end offset): nothing is
-   pending, or nothing can be said.
+   pending, or nothing can be said -- except an expected partition without a commit
+   whose log start is unknown while its end offset is known and above 0 (its cluster
+   went down before its log start was polled): ``WARN``, records may be pending and how
+   many is unknown.
 1. ``ERR`` (Burrow's REWIND) when the committed offset went backwards within the last
    ``window_s`` and the partition has not been caught up since.
 2. ``STOP`` when no commit arrived for ``stop_after_s`` while work was pending:
@@ -74,7 +77,9 @@ if the lag never decreased, else OK. Here the same questions are asked in second
 5. ``OK`` otherwise.
 
 ``LagStatus`` is ordered by severity (OK < WARN < STALL < STOP < ERR); an aggregate's
-status is the worst of its partitions.
+status is the worst of its partitions. An aggregate's lags cover the partitions whose
+lag is known; ``unknown_offset_lag`` and ``unknown_time_lag`` count the others, so a
+group with unknown partitions never reads as plainly caught up.
 
 History and cost
 ----------------
@@ -197,8 +202,10 @@ class LagAggregate:
     """Lag of a group (``topic`` None) or of a group's topic.
 
     ``offset_lag`` sums the known offset lags, ``max_time_lag_s`` is None when no
-    partition has a known time lag, ``unknown_time_lag`` counts partitions that are
-    behind with an unknown time lag.
+    partition has a known time lag (both are lower bounds when partitions are unknown),
+    ``unknown_time_lag`` counts partitions with an unknown time lag that are not known
+    to be caught up (behind, or with an unknown offset lag), ``unknown_offset_lag`` the
+    partitions with an unknown offset lag (no position or no end offset yet).
     """
 
     group: str
@@ -208,6 +215,7 @@ class LagAggregate:
     max_time_lag_s: float | None
     status: LagStatus
     unknown_time_lag: int
+    unknown_offset_lag: int = 0
 
 
 class _LogEnd:
@@ -218,7 +226,7 @@ class _LogEnd:
     def __init__(self, table: EndOffsetTable | None) -> None:
         self.end = -1
         self.observed_ms = _NEVER
-        self.start = -1  # the log start offset, polled for expected partitions only
+        self.start = -1  # the log start offset (what expected partitions count from)
         self.members: tuple[_Partition, ...] = ()  # usually one or two: a tuple is smaller
         self.table = table
 
@@ -265,8 +273,24 @@ def _position(p: _Partition) -> int:
     return p.log_end.start if committed == _FROM_START else -1
 
 
+def _unknown_position_status(p: _Partition) -> LagStatus:
+    """Status of a partition without a position: WARN for an expected partition (no
+    commit, log start unknown) whose end offset is known and above 0 -- records may be
+    pending, how many is unknown -- else OK (nothing can be said)."""
+    if p.committed == _FROM_START and p.log_end.end > 0:
+        return LagStatus.WARN
+    return LagStatus.OK
+
+
 class _Totals:
-    __slots__ = ("max_time_lag_s", "offset_lag", "partitions", "status", "unknown_time_lag")
+    __slots__ = (
+        "max_time_lag_s",
+        "offset_lag",
+        "partitions",
+        "status",
+        "unknown_offset_lag",
+        "unknown_time_lag",
+    )
 
     def __init__(self) -> None:
         self.partitions = 0
@@ -274,6 +298,7 @@ class _Totals:
         self.max_time_lag_s = -1.0
         self.status = LagStatus.OK
         self.unknown_time_lag = 0
+        self.unknown_offset_lag = 0
 
 
 class LagModel:
@@ -610,8 +635,9 @@ class LagModel:
         position = _position(p)
         committed = p.committed if p.committed >= 0 else None
         if position < 0:
+            status = _unknown_position_status(p)
             return PartitionLag(
-                group, topic, partition, None, end, None, None, LagStatus.OK, None, p.labels
+                group, topic, partition, None, end, None, None, status, None, p.labels
             )
         olag, tlag = self._lags(p, now_ms)
         if end is not None and end < position:
@@ -665,11 +691,18 @@ class LagModel:
             if totals is None:
                 totals = acc[key] = _Totals()
             totals.partitions += 1
-            if _position(p) < 0:
+            if _position(p) < 0:  # unknown: counted, and maybe WARN (see _report)
+                totals.unknown_offset_lag += 1
+                totals.unknown_time_lag += 1
+                status = _unknown_position_status(p)
+                if status > totals.status:
+                    totals.status = status
                 continue
             olag, tlag = self._lags(p, now_ms)
             if olag > 0:
                 totals.offset_lag += olag
+            elif olag < 0:
+                totals.unknown_offset_lag += 1
             if tlag == tlag:
                 if tlag > totals.max_time_lag_s:
                     totals.max_time_lag_s = tlag
@@ -687,6 +720,7 @@ class LagModel:
                 t.max_time_lag_s if t.max_time_lag_s >= 0.0 else None,
                 t.status,
                 t.unknown_time_lag,
+                t.unknown_offset_lag,
             )
             for (group, topic), t in sorted(acc.items())
         ]

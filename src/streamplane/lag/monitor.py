@@ -14,7 +14,9 @@ plane's store: clusters, and routing tables for the labels). A worker has two th
   it looked up for commits that carry none) every ``snapshot_interval_s`` and on stop;
 - the *poller* asks for the log-end offsets of every tracked partition about every
   ``end_offset_interval_s`` (one batched ListOffsets; and the log start offsets of
-  expected partitions without a commit) and fetches the timestamps the model asks for
+  expected partitions without a commit, and every ``snapshot_interval_s`` those of every
+  tracked partition, so an expected partition of a cluster that went down has one) and
+  fetches the timestamps the model asks for
   (``LagModel.timestamp_lookups``: foreign groups, streamplane groups that committed
   while caught up and have fallen behind since, records at the log start). Partitions
   whose end offsets go unanswered (a cluster down, or not reached yet after a restart)
@@ -146,14 +148,19 @@ class GroupSummary:
     unknown_time_lag: int
     status: LagStatus
     last_commit_ms: int | None
+    unknown_offset_lag: int = 0
 
 
 def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
-    """Aggregate one group's partitions (across clusters): offset lags add up, the time
-    lag is the worst one, the status the most severe."""
+    """Aggregate one group's partitions (across clusters): the known offset lags add up,
+    the time lag is the worst known one, the status the most severe (see
+    ``LagAggregate``). Partitions whose lag is unknown are counted, not taken for caught
+    up: ``unknown_offset_lag`` (offset lag unknown) and ``unknown_time_lag`` (time lag
+    unknown and not known to be 0: behind, or offset lag unknown). The CLI, the API,
+    ``/metrics`` and the dashboard all show this summary."""
     clusters: set[str] = set()
     streams: set[str] = set()
-    n = offset_lag = unknown = 0
+    n = offset_lag = unknown = unknown_offset = 0
     worst: float | None = None
     status = LagStatus.OK
     last: int | None = None
@@ -163,18 +170,20 @@ def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
         if p.stream is not None:
             streams.add(p.stream)
         lag = p.lag
-        if lag.offset_lag:
+        if lag.offset_lag is None:
+            unknown_offset += 1
+        else:
             offset_lag += lag.offset_lag
         if lag.time_lag_s is not None:
             worst = lag.time_lag_s if worst is None else max(worst, lag.time_lag_s)
-        elif lag.offset_lag:
+        elif lag.offset_lag != 0:  # behind, or unknown
             unknown += 1
         status = max(status, lag.status)
         if lag.last_commit_ms is not None:
             last = lag.last_commit_ms if last is None else max(last, lag.last_commit_ms)
     return GroupSummary(
         group, tuple(sorted(clusters)), tuple(sorted(streams)), n, offset_lag, worst, unknown,
-        status, last,
+        status, last, unknown_offset,
     )  # fmt: skip
 
 
@@ -226,6 +235,7 @@ class ClusterWorker:
         self.end_offsets_error: str | None = None
         self._bucket_ms = max(1, round(settings.thresholds.history_interval_s * 1000))
         self._unanswered_sampled_ms = -(1 << 62)
+        self._all_starts_due = 0.0  # monotonic: next log-start poll of every partition
         self._stop = threading.Event()
         self._ready = threading.Event()
         # Set by the reader when a commit carries no timestamp for its committed record:
@@ -511,8 +521,16 @@ class ClusterWorker:
         if not wanted and not dlq:
             return
         asked = wanted | set(dlq)
+        # Log starts: of the partitions counted from there at every poll, of every tracked
+        # one every ``snapshot_interval_s`` (they move with retention only): known, and
+        # saved, for a group that starts reading while the cluster is down.
+        all_starts = time.monotonic() >= self._all_starts_due
+        if all_starts:
+            from_start = wanted
         try:
             starts = ends.fetch(from_start, earliest=True) if from_start else {}
+            if all_starts:
+                self._all_starts_due = time.monotonic() + self.settings.snapshot_interval_s
             observed = ends.fetch(asked)
         except (KafkaError, StreamplaneError) as exc:
             self.end_offsets_error = f"end offsets: {exc}"

@@ -307,16 +307,16 @@ def test_aggregates_per_group_and_topic() -> None:
     m.observe_commit("g", "t", 2, 90, 200 * S)  # 10 behind, time lag unknown
     m.observe_commit("g", "u", 0, 70, 200 * S, low_watermark_ts_ms=150 * S)
     m.observe_commit("h", "t", 0, 100, 200 * S)
-    m.track("h", "t", 1)  # no commit yet
+    m.track("h", "t", 1)  # no commit yet: its lag is unknown (counted, not taken for 0)
     now = 200 * S
     assert m.aggregate(now) == [
         LagAggregate("g", "t", 3, 50, 200.0, LagStatus.STOP, 1),
         LagAggregate("g", "u", 1, 30, 50.0, LagStatus.OK, 0),
-        LagAggregate("h", "t", 2, 0, 0.0, LagStatus.OK, 0),
+        LagAggregate("h", "t", 2, 0, 0.0, LagStatus.OK, 1, 1),
     ]
     assert m.aggregate(now, by_topic=False) == [
         LagAggregate("g", None, 4, 80, 200.0, LagStatus.STOP, 1),
-        LagAggregate("h", None, 2, 0, 0.0, LagStatus.OK, 0),
+        LagAggregate("h", None, 2, 0, 0.0, LagStatus.OK, 1, 1),
     ]
 
 

@@ -83,3 +83,38 @@ def test_watch_keeps_trying_while_the_control_plane_is_away() -> None:
     assert out.output.count("trying again every 0.5s") == 2
     once = CliRunner().invoke(lag, nowhere)
     assert once.exit_code != 0 and "unreachable" in str(once.exception or once.output)
+
+
+def test_an_empty_group_or_stream_is_a_usage_error() -> None:
+    """`lag -g ''` used to list every group's partitions (the client drops an empty
+    filter) under a summary naming one group, exit code 0; the API answers 422."""
+    for args in (["-g", ""], ["--group="], ["-s", ""], ["-g", "indexer", "--stream="]):
+        with mock.patch("streamplane.cli.lag.connect") as connect:
+            # What the client sent for it: no filter, so every group's partitions.
+            connect.return_value.__enter__.return_value.lag.return_value = DOC
+            result = CliRunner().invoke(lag, args)
+        assert result.exit_code == 2, (args, result.output)
+        errors = [line for line in result.output.splitlines() if line.startswith("Error")]
+        assert len(errors) == 1 and "must not be empty" in errors[0], result.output
+        connect.assert_not_called()
+
+
+def test_unknown_partitions_are_shown_beside_a_groups_lag() -> None:
+    doc = {
+        **DOC,
+        "groups": [
+            {
+                **DOC["groups"][0],  # type: ignore[index]
+                "offset_lag": 0,
+                "max_time_lag_s": 0.0,
+                "unknown_offset_lag": 4,
+                "unknown_time_lag": 4,
+            }
+        ],
+    }
+    assert "0 (4 unknown)" in render(doc, None) and "0.0s (4 unknown)" in render(doc, None)
+    assert render(doc, "indexer").endswith(
+        "group indexer: offset lag 0 (4 unknown), time lag 0.0s (4 unknown), WARN"
+    )
+    # A control plane without the field (older): as before.
+    assert render(DOC, "indexer").endswith("group indexer: offset lag 12, time lag 3.2s, WARN")

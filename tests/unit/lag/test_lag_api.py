@@ -137,3 +137,50 @@ def test_an_unanswered_end_offset_poll_is_reported_and_keeps_dlq_counts(http: Te
         assert [d["records"] for d in http.get("/v1/lag/dlq").json()] == [45]  # not dropped
     finally:
         lag_plane(http.app).monitor = None
+
+
+def test_a_group_with_unknown_partitions_on_a_down_cluster_is_not_caught_up(
+    http: TestClient,
+) -> None:
+    """A streamplane group started reading while local-b was down: its expected
+    partitions there have known ends (from the snapshot) but no log start. /v1/lag,
+    /v1/groups and /metrics used to say offset lag 0, time lag 0.0 s, unknown_time_lag 0,
+    OK: they count those partitions as unknown now, and the group is WARN."""
+    from streamplane.lag.monitor import ClusterWorker, MonitorSettings
+
+    route = ("orders", "realtime")
+    a = ClusterWorker("local-a", "h:1", MonitorSettings(), lambda: NOW_S, lambda c, t: route)
+    a._apply(
+        [
+            CommitEvent(
+                ("g", "sp.orders.realtime.e1", 0),
+                CommitState(9, 1_700_000_099_000, 1_700_000_090_000, True),
+            )
+        ]
+    )
+    a.model.observe_end_offset("sp.orders.realtime.e1", 0, 9, 1_700_000_099_500)  # caught up
+    b = ClusterWorker("local-b", "h:2", MonitorSettings(), lambda: NOW_S, lambda c, t: route)
+    for p, end in enumerate((510, 510, 2038, 2042)):
+        b.model.restore_log_end("sp.orders.realtime.e2", p, end, 1_700_000_000_000)
+    b.set_expected({("g", "sp.orders.realtime.e2", p): route for p in range(4)})
+    monitor = LagMonitor(static_topology({}), clock=lambda: NOW_S)
+    monitor._workers.update({"local-a": a, "local-b": b})
+    lag_plane(http.app).monitor = monitor
+    try:
+        doc = http.get("/v1/lag", params={"group": "g"}).json()
+        assert [p["offset_lag"] for p in doc["partitions"]] == [0, None, None, None, None]
+        (group,) = doc["groups"]
+        assert (group["offset_lag"], group["unknown_offset_lag"], group["unknown_time_lag"]) == (
+            0,
+            4,
+            4,
+        )
+        assert group["status"] == "WARN"
+        (summary,) = http.get("/v1/groups").json()
+        assert summary == group
+        text = http.get("/metrics").text
+        assert 'streamplane_group_unknown_offset_lag_partitions{group="g"} 4.0' in text
+        assert 'streamplane_group_unknown_time_lag_partitions{group="g"} 4.0' in text
+        assert 'streamplane_group_worst_status{group="g"} 1.0' in text
+    finally:
+        lag_plane(http.app).monitor = None

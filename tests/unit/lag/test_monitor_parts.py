@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 from prometheus_client import generate_latest
@@ -66,3 +67,58 @@ def test_client_metrics_export_plain_counts() -> None:
     assert 'streamplane_client_produce_errors_total{lane="realtime",stream="orders"} 1.0' in text
     assert 'streamplane_client_commits_total{bootstrap="local-a",stream="orders"} 2.0' in text
     assert "streamplane_client_produce_latency_seconds_count" in text
+
+
+def test_summary_counts_partitions_whose_lag_is_unknown() -> None:
+    """A group reading a stream while a cluster was down: its expected partitions there
+    have no position (offset and time lag unknown). The summary used to say offset lag
+    0, time lag 0.0 s, unknown_time_lag 0, OK."""
+    unknown = PartitionLag(
+        "g", "t", 1, None, 2038, None, None, LagStatus.WARN, None,
+        PartitionLabels("s", "realtime", "local-b"),
+    )  # fmt: skip
+    parts = [
+        LabelledLag("local-a", _lag("g", 0.0, 0, LagStatus.OK)),
+        LabelledLag("local-b", unknown),
+        LabelledLag("local-b", replace(unknown, partition=2)),
+    ]
+    s = summarize("g", parts)
+    assert (s.partitions, s.offset_lag, s.unknown_offset_lag, s.unknown_time_lag) == (3, 0, 2, 2)
+    assert s.status is LagStatus.WARN
+
+
+def test_summary_of_a_known_lag_has_no_unknowns() -> None:
+    s = summarize("g", [LabelledLag("a", _lag("g", 0.0, 0, LagStatus.OK))])
+    assert (s.offset_lag, s.unknown_offset_lag, s.unknown_time_lag, s.status) == (
+        0,
+        0,
+        0,
+        LagStatus.OK,
+    )
+
+
+def test_group_metrics_count_unknown_partitions() -> None:
+    from streamplane.controlplane.metrics import LagCollector
+
+    unknown = PartitionLag(
+        "g", "t", 1, None, 2038, None, None, LagStatus.WARN, None,
+        PartitionLabels("s", "realtime", "local-b"),
+    )  # fmt: skip
+    parts = [
+        LabelledLag("local-a", _lag("g", 0.0, 0, LagStatus.OK)),
+        LabelledLag("local-b", unknown),
+    ]
+    monitor = SimpleNamespace(
+        now_ms=lambda: 1,
+        partitions=lambda now_ms: parts,
+        dlq_records=lambda: [],
+        readers=lambda: [],
+    )
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(LagCollector(lambda: monitor))  # type: ignore[arg-type,return-value]
+    text = generate_latest(registry).decode()
+    assert 'streamplane_group_unknown_offset_lag_partitions{group="g"} 1.0' in text
+    assert 'streamplane_group_unknown_time_lag_partitions{group="g"} 1.0' in text
+    assert 'streamplane_group_worst_status{group="g"} 1.0' in text

@@ -50,11 +50,17 @@ const groupLink = (g) =>
 const streamLink = (s) =>
   `<a class="stream-link" data-stream="${esc(s)}" href="#/streams/${encodeURIComponent(s)}">${esc(s)}</a>`;
 
+// A group's lag covers its partitions whose lag is known; the others are counted beside
+// it (a group with partitions of unknown lag is not caught up as far as anyone knows).
+const withUnknown = (known, unknown) => (unknown ? `${known} (${unknown} unknown)` : known);
+const groupOffsetLag = (g) => withUnknown(`${g.offset_lag}`, g.unknown_offset_lag);
+const groupTimeLag = (g) => withUnknown(seconds(g.max_time_lag_s), g.unknown_time_lag);
+
 function groupRows(groups) {
   return groups.map((g) => `<tr>
     <td>${groupLink(g.group)}</td><td>${esc(g.streams.join(", ") || "–")}</td>
     <td>${esc(g.clusters.join(", "))}</td><td class="num">${g.partitions}</td>
-    <td class="num">${g.offset_lag}</td><td class="num">${seconds(g.max_time_lag_s)}</td>
+    <td class="num">${esc(groupOffsetLag(g))}</td><td class="num">${esc(groupTimeLag(g))}</td>
     <td>${status(g.status)}</td></tr>`);
 }
 
@@ -184,8 +190,8 @@ async function groupView(group) {
     <td>${status(p.status)}</td><td>${when(p.last_commit_ms)}</td></tr>`);
   return `
     <h2>Group ${esc(group)} ${summary ? status(summary.status) : ""}
-      <span class="muted">time lag ${seconds(summary ? summary.max_time_lag_s : null)},
-      offset lag ${summary ? summary.offset_lag : "–"}</span></h2>
+      <span class="muted">time lag ${summary ? esc(groupTimeLag(summary)) : "–"},
+      offset lag ${summary ? esc(groupOffsetLag(summary)) : "–"}</span></h2>
     <div id="lag-chart">${chart(samples)}</div>
     <h2>Partitions</h2>
     ${table(["cluster", "stream", "lane", "topic", "partition", "committed", "end",
