@@ -49,7 +49,10 @@ def install() -> None:
 )
 @click.option("--racks", default="", help="Rack names, e.g. a,b,c (broker i gets rack i mod n).")
 @click.option(
-    "--base-port", type=int, default=None, help="First port to use (default: free ports)."
+    "--base-port",
+    type=int,
+    default=None,
+    help="First port to use (default: free ports below the ephemeral port range).",
 )
 @click.option("--heap-mb", type=int, default=512, show_default=True, help="Max heap per broker.")
 @click.option(
@@ -86,6 +89,10 @@ def up(
         heap_mb=heap_mb,
         broker_config=extra,
     )
+    spec.validate()
+    warning = spec.port_warning()
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     started = time.monotonic()
     fleet = LocalFleet(data_dir)
     desc = fleet.up(spec, progress=progress)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,6 +139,18 @@ class FleetSpec:
     broker_config: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 90.0
 
+    def port_count(self) -> int:
+        """How many ports the fleet listens on: a broker and a controller port per broker."""
+        return 2 * self.clusters * self.brokers_per_cluster
+
+    def port_warning(self, ephemeral: tuple[int, int] | None = None) -> str | None:
+        """A one-line warning when ``--base-port`` puts the fleet in the ephemeral range."""
+        if self.base_port is None:
+            return None
+        return ephemeral_overlap_warning(
+            self.base_port, self.port_count(), ephemeral or ephemeral_port_range()
+        )
+
     def cluster_names(self) -> list[str]:
         if self.names:
             return list(self.names)
@@ -210,7 +224,7 @@ class LocalFleet:
         classpath = self.distribution.classpath()
         kafka_version = self.distribution.version()
         names = spec.cluster_names()
-        ports = _allocate_ports(2 * spec.clusters * spec.brokers_per_cluster, spec.base_port)
+        ports = _allocate_ports(spec.port_count(), spec.base_port)
 
         clusters: dict[str, ClusterInfo] = {}
         port_iter = iter(ports)
@@ -234,12 +248,14 @@ class LocalFleet:
         _format_all(java, classpath, clusters.values())
 
         started: dict[str, ClusterInfo] = {}
+        marks: dict[str, int] = {}
         try:
             for name, cluster in clusters.items():
-                brokers = [
-                    b.model_copy(update={"pid": _launch(java, classpath, b, spec.heap_mb)})
-                    for b in cluster.brokers
-                ]
+                brokers = []
+                for b in cluster.brokers:
+                    marks.update(_log_marks(b))
+                    pid = _launch(java, classpath, b, spec.heap_mb)
+                    brokers.append(b.model_copy(update={"pid": pid}))
                 started[name] = cluster.model_copy(update={"brokers": brokers})
             desc = FleetDescriptor(
                 data_dir=str(self.data_dir),
@@ -250,7 +266,7 @@ class LocalFleet:
             desc.save(self.descriptor_file)
             progress(f"waiting for {', '.join(started)} to become healthy")
             for cluster in started.values():
-                wait_healthy(cluster, timeout_s=spec.startup_timeout_s)
+                wait_healthy(cluster, timeout_s=spec.startup_timeout_s, log_marks=marks)
         except BaseException:
             for cluster in started.values():
                 for b in cluster.brokers:
@@ -317,8 +333,15 @@ class LocalFleet:
         broker = info.broker(node_id)
         if _is_our_broker(broker.pid, broker.config_file):
             raise LocalFleetError(f"broker {node_id} of {cluster} is already running")
+        for port in _broker_ports(broker):
+            if not _port_free(port):
+                raise LocalFleetError(
+                    f"broker {node_id} of {cluster} cannot start: {_port_in_use(port)}"
+                )
         java = require_java()
-        pid = _launch(java, self.distribution.classpath(), broker, desc.heap_mb)
+        classpath = self.distribution.classpath()
+        marks = _log_marks(broker)
+        pid = _launch(java, classpath, broker, desc.heap_mb)
         new_broker = broker.model_copy(update={"pid": pid})
         brokers = [new_broker if b.node_id == node_id else b for b in info.brokers]
         clusters = dict(desc.clusters)
@@ -326,7 +349,7 @@ class LocalFleet:
         desc = desc.model_copy(update={"clusters": clusters})
         desc.save(self.descriptor_file)
         if wait:
-            _wait_broker(new_broker, 60.0)
+            _wait_broker(new_broker, 60.0, marks)
         return new_broker
 
     def add_broker(self, cluster: str, rack: str | None = None) -> BrokerInfo:
@@ -339,7 +362,8 @@ class LocalFleet:
         info = desc.cluster(cluster)
         first = info.brokers[0]
         node_id = max(b.node_id for b in info.brokers) + 1
-        port = _allocate_ports(1, None)[0]
+        taken = {p for c in desc.clusters.values() for b in c.brokers for p in _broker_ports(b)}
+        port = _allocate_ports(1, None, avoid=taken)[0]
         bdir = Path(first.config_file).parent.parent / f"broker-{node_id}"
         broker = broker_in(bdir, node_id, port, 0, rack)
         (bdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -361,11 +385,12 @@ class LocalFleet:
         java = require_java()
         classpath = self.distribution.classpath()
         _format_all(java, classpath, [info.model_copy(update={"brokers": [broker]})])
+        marks = _log_marks(broker)
         broker = broker.model_copy(update={"pid": _launch(java, classpath, broker, desc.heap_mb)})
         clusters = dict(desc.clusters)
         clusters[cluster] = info.model_copy(update={"brokers": [*info.brokers, broker]})
         desc.model_copy(update={"clusters": clusters}).save(self.descriptor_file)
-        _wait_broker(broker, 60.0)
+        _wait_broker(broker, 60.0, marks)
         return broker
 
     # ------------------------------------------------------------------ status
@@ -401,13 +426,19 @@ def cluster_status(cluster: ClusterInfo) -> ClusterStatus:
     return ClusterStatus(cluster.name, cluster.bootstrap, len(up), len(cluster.brokers), topics)
 
 
-def wait_healthy(cluster: ClusterInfo, timeout_s: float = 90.0) -> None:
-    """Wait until every broker answers and the cluster metadata lists all of them."""
+def wait_healthy(
+    cluster: ClusterInfo, timeout_s: float = 90.0, log_marks: Mapping[str, int] | None = None
+) -> None:
+    """Wait until every broker answers and the cluster metadata lists all of them.
+
+    ``log_marks`` (from ``_log_marks`` before the launch) limits the log lines quoted
+    when a broker dies to those of this start.
+    """
     from streamplane.kafka.admin import KafkaAdmin
 
     deadline = time.monotonic() + timeout_s
     for b in cluster.brokers:
-        _wait_broker(b, max(1.0, deadline - time.monotonic()))
+        _wait_broker(b, max(1.0, deadline - time.monotonic()), log_marks)
     expected = {b.node_id for b in cluster.brokers}
     admin = KafkaAdmin(cluster.bootstrap)
     last = ""
@@ -424,28 +455,68 @@ def wait_healthy(cluster: ClusterInfo, timeout_s: float = 90.0) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
-def _wait_broker(b: BrokerInfo, timeout_s: float) -> None:
+def _wait_broker(
+    b: BrokerInfo, timeout_s: float, log_marks: Mapping[str, int] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if b.pid is not None and not _pid_alive(b.pid):
-            raise LocalFleetError(
-                f"broker {b.node_id} ({b.address}) exited during start-up; "
-                f"last log lines: {_log_tail(b)}"
-            )
+            raise LocalFleetError(_exit_message(b, log_marks or {}))
         if _port_open(b):
             return
         time.sleep(0.1)
     raise LocalFleetError(f"broker {b.node_id} ({b.address}) did not answer in {timeout_s:.0f}s")
 
 
-def _log_tail(b: BrokerInfo, lines: int = 3) -> str:
-    for path in (Path(b.log_file).parent / "stdout.log", Path(b.log_file)):
+def _exit_message(b: BrokerInfo, log_marks: Mapping[str, int]) -> str:
+    """Why broker ``b`` exited during start-up, from this start's log lines only."""
+    new_lines = _new_log_lines(b, log_marks)
+    why = "exited during start-up"
+    busy = [p for p in _broker_ports(b) if not _port_free(p)]
+    if not busy:
+        text = "\n".join(new_lines)
+        if "Address already in use" in text or "BindException" in text:
+            busy = [int(m) for m in _BIND_FAILED.findall(text)] or list(_broker_ports(b))
+    if busy:
+        why = "could not listen: " + "; ".join(_port_in_use(p) for p in dict.fromkeys(busy))
+    return f"broker {b.node_id} ({b.address}) {why}; last log lines: {_log_tail(new_lines)}"
+
+
+# Kafka's SocketServer: "Socket server failed to bind to 127.0.0.1:39300: Address already in use."
+_BIND_FAILED = re.compile(r"failed to bind to \S*?:(\d+)")
+
+
+def _log_marks(b: BrokerInfo) -> dict[str, int]:
+    """The current sizes of broker ``b``'s log files: what a start attempt appends comes after."""
+    marks = {}
+    for path in _log_files(b):
         with contextlib.suppress(OSError):
-            text = path.read_text(errors="replace").strip().splitlines()
-            interesting = [t for t in text if "ERROR" in t or "Exception" in t] or text
-            if interesting:
-                return " | ".join(interesting[-lines:])
-    return "(no log)"
+            marks[str(path)] = path.stat().st_size
+    return marks
+
+
+def _log_files(b: BrokerInfo) -> list[Path]:
+    return [Path(b.log_file).parent / "stdout.log", Path(b.log_file)]
+
+
+def _new_log_lines(b: BrokerInfo, log_marks: Mapping[str, int]) -> list[str]:
+    """The lines broker ``b`` logged after ``log_marks`` (stdout.log's, then server.log's)."""
+    lines: list[str] = []
+    for path in _log_files(b):
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                offset = log_marks.get(str(path), 0)
+                f.seek(offset if offset <= size else 0)  # smaller: the log rolled over
+                lines += f.read().decode(errors="replace").strip().splitlines()
+        except OSError:
+            continue
+    return lines
+
+
+def _log_tail(lines: list[str], count: int = 3) -> str:
+    interesting = [t for t in lines if "ERROR" in t or "Exception" in t] or lines
+    return " | ".join(interesting[-count:]) or "(no log)"
 
 
 def _port_open(b: BrokerInfo) -> bool:
@@ -454,33 +525,168 @@ def _port_open(b: BrokerInfo) -> bool:
         return s.connect_ex((b.host, b.port)) == 0
 
 
-def _allocate_ports(count: int, base_port: int | None) -> list[int]:
+def _broker_ports(b: BrokerInfo) -> list[int]:
+    """The ports broker ``b`` listens on (a broker-only broker has no controller port)."""
+    return [p for p in (b.port, b.controller_port) if p]
+
+
+# ---------------------------------------------------------------------- ports
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)  # Linux's default
+PORT_SEARCH_FLOOR = 20000  # default ports are chosen from here up to the ephemeral range
+
+
+def ephemeral_port_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's ephemeral (client source) port range, or Linux's default."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL_RANGE
+    if not 1 <= low <= high <= 65535:
+        return DEFAULT_EPHEMERAL_RANGE
+    return low, high
+
+
+def choose_ports(
+    count: int,
+    ephemeral: tuple[int, int],
+    is_free: Callable[[int], bool],
+    *,
+    avoid: Collection[int] = (),
+    rng: random.Random | None = None,
+) -> list[int]:
+    """``count`` distinct ports for which ``is_free`` holds, all outside ``ephemeral``.
+
+    A fleet port inside the ephemeral range can be handed to a client as its source
+    port: a client reconnecting to a stopped broker's port then connects to itself
+    (TCP simultaneous open) and holds the port, so the broker cannot start again.
+
+    The search runs from ``PORT_SEARCH_FLOOR`` up to the range's low end (then, if too
+    few are free there, above its high end), from a random place, wrapping around: the
+    ports of another fleet's stopped broker look free, and a fixed first port would give
+    them out again. ``avoid`` are ports never to give (this fleet's own).
+    """
+    low, high = ephemeral
+    below = range(PORT_SEARCH_FLOOR if low > PORT_SEARCH_FLOOR else 1024, low)
+    above = range(max(high + 1, 1024), 65536)
+    rng = rng or random.Random()
+    pool = [*_rotated(below, rng), *_rotated(above, rng)]
+    avoided = set(avoid)
+    ports: list[int] = []
+    for port in pool:
+        if port not in avoided and is_free(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise LocalFleetError(
+        f"found {len(ports)} of {count} free ports outside the ephemeral port range "
+        f"{low}-{high}: pass --base-port"
+    )
+
+
+def _rotated(ports: range, rng: random.Random) -> list[int]:
+    start = rng.randrange(len(ports)) if ports else 0
+    return [*ports[start:], *ports[:start]]
+
+
+def ephemeral_overlap_warning(first: int, count: int, ephemeral: tuple[int, int]) -> str | None:
+    """A one-line warning if ports ``first`` .. ``first + count - 1`` meet ``ephemeral``."""
+    last = first + count - 1
+    low, high = ephemeral
+    if last < low or first > high:
+        return None
+    return (
+        f"ports {first}-{last} are in the ephemeral port range {low}-{high} "
+        "(net.ipv4.ip_local_port_range): a client retrying a stopped broker can get its "
+        "port as source port and connect to itself, holding the port so that the broker "
+        f"cannot start again; a base port below {low} avoids this"
+    )
+
+
+def _allocate_ports(count: int, base_port: int | None, avoid: Collection[int] = ()) -> list[int]:
     if base_port is not None:
         ports = list(range(base_port, base_port + count))
         for p in ports:
             if not _port_free(p):
                 raise ConfigError(f"port {p} on {HOST} is already in use (--base-port {base_port})")
         return ports
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    return choose_ports(count, ephemeral_port_range(), _port_free, avoid=avoid)
 
 
 def _port_free(port: int) -> bool:
+    """True if a server (with SO_REUSEADDR, as Kafka's) can listen on ``port`` of HOST."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
+            s.listen(1)  # a bind can succeed where a listen fails (another SO_REUSEADDR socket)
         except OSError:
             return False
         return True
+
+
+def _port_in_use(port: int) -> str:
+    """``port N is in use``, with what holds it when /proc tells."""
+    holder = _port_holder(port)
+    return f"port {port} is in use" + (f" ({holder})" if holder else "")
+
+
+_TCP_STATES = {"01": "connected", "06": "in TIME_WAIT", "0A": "listening"}
+
+
+def sockets_on_port(proc_net_tcp: str, port: int) -> list[tuple[int, str, bool]]:
+    """From a /proc/net/tcp{,6} table: (inode, state, connected to itself) of the sockets
+    whose local port is ``port``."""
+    found = []
+    for line in proc_net_tcp.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or ":" not in fields[1]:
+            continue
+        local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+        if int(local.rsplit(":", 1)[1], 16) != port:
+            continue
+        found.append((int(inode), _TCP_STATES.get(state, f"in TCP state {state}"), local == remote))
+    return found
+
+
+def _port_holder(port: int) -> str | None:
+    """Which process holds ``port`` and how, read from /proc (None if not knowable)."""
+    sockets: list[tuple[int, str, bool]] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            sockets += sockets_on_port(Path(table).read_text(), port)
+    if not sockets:
+        return None
+    # The telling one first: a self-connection, a listener, then any socket a process owns
+    # (a TIME_WAIT socket has inode 0 and no owner; one that had no SO_REUSEADDR, as a
+    # client's, still blocks a listener until the kernel drops it, within a minute).
+    sockets.sort(key=lambda s: (not s[2], s[1] != "listening", s[0] == 0))
+    inode, state, to_itself = sockets[0]
+    how = state
+    if to_itself:
+        how = "a socket connected to itself: a client retrying the port got it as source port"
+    if state == "in TIME_WAIT":
+        how = f"{how}, closed but in TIME_WAIT: free again within a minute"
+    pid = _socket_owner(inode) if inode else None
+    if pid is None:
+        return how
+    with contextlib.suppress(OSError):
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+        return f"held by pid {pid} ({name}), {how}"
+    return f"held by pid {pid}, {how}"
+
+
+def _socket_owner(inode: int) -> int | None:
+    target = f"socket:[{inode}]"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) == target:
+                        return int(proc.name)
+    return None
 
 
 def _ensure_writable(path: Path) -> None:
