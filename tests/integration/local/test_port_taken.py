@@ -34,7 +34,13 @@ def test_restart_blocked_by_a_self_connected_socket_names_port_and_holder(
     local_fleet.kill_broker("local-b", 1)
     try:
         with socket.socket() as s:
+            # The killed broker's side of its connections lingers on the port (TIME_WAIT):
+            # without SO_REUSEADDR the bind failed on a loaded host (the CI run). Cleared
+            # once bound, as a client's socket has it: with it set, Kafka's own
+            # SO_REUSEADDR listener could share the port.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((broker.host, broker.port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 0)
             s.connect((broker.host, broker.port))  # what a client retrying the port can do
             with pytest.raises(LocalFleetError) as err:
                 local_fleet.start_broker("local-b", 1)
