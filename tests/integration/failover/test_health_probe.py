@@ -56,8 +56,10 @@ def test_one_broker_of_three_down_leaves_the_cluster_taking_writes(
                     outcomes.append("ok" if problem is None else f"partial: {problem}")
                 time.sleep(max(0.0, 0.5 - (time.monotonic() - started)))
             failed = [o for o in outcomes if o.startswith("failed")]
+            # No probe failed. Whether some came back partial depends on how soon the
+            # controller moves the dead broker's leaderships (a write retried against the
+            # new leader within the probe's timeout is acknowledged).
             assert not failed, failed
-            assert any(o.startswith("partial") for o in outcomes), outcomes
         finally:
             rack_local_fleet.start_broker("racked", victim)
             wait_healthy(rack_local_fleet.descriptor().cluster("racked"), timeout_s=120)
