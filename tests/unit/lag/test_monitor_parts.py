@@ -69,14 +69,19 @@ def test_client_metrics_export_plain_counts() -> None:
     assert "streamplane_client_produce_latency_seconds_count" in text
 
 
+def _unknown_on_local_b() -> PartitionLag:
+    """An expected partition of group g on a down cluster: end known, no position."""
+    return PartitionLag(
+        "g", "t", 1, None, 2038, None, None, LagStatus.WARN, None,
+        PartitionLabels("s", "realtime", "local-b"),
+    )  # fmt: skip
+
+
 def test_summary_counts_partitions_whose_lag_is_unknown() -> None:
     """A group reading a stream while a cluster was down: its expected partitions there
     have no position (offset and time lag unknown). The summary used to say offset lag
     0, time lag 0.0 s, unknown_time_lag 0, OK."""
-    unknown = PartitionLag(
-        "g", "t", 1, None, 2038, None, None, LagStatus.WARN, None,
-        PartitionLabels("s", "realtime", "local-b"),
-    )  # fmt: skip
+    unknown = _unknown_on_local_b()
     parts = [
         LabelledLag("local-a", _lag("g", 0.0, 0, LagStatus.OK)),
         LabelledLag("local-b", unknown),
@@ -100,10 +105,7 @@ def test_summary_of_a_known_lag_has_no_unknowns() -> None:
 def test_group_metrics_count_unknown_partitions() -> None:
     from streamplane.controlplane.metrics import LagCollector
 
-    unknown = PartitionLag(
-        "g", "t", 1, None, 2038, None, None, LagStatus.WARN, None,
-        PartitionLabels("s", "realtime", "local-b"),
-    )  # fmt: skip
+    unknown = _unknown_on_local_b()
     parts = [
         LabelledLag("local-a", _lag("g", 0.0, 0, LagStatus.OK)),
         LabelledLag("local-b", unknown),
