@@ -3,11 +3,15 @@
 A StreamProducer sends 5,000 records/s (ids as values, delivery callbacks counting what
 was acknowledged) while three StreamConsumers of one group read; every 3 s the stream is
 failed over to the other cluster. For each failover, the latency is the time from the
-command (the HTTP call starting) to the producer writing with the new epoch
-(``StreamProducer.epoch_switch_times``). Afterwards every acknowledged id must have been
+epoch change (the new routing saved, after the call created its topics: the audit
+entry's time) to the producer writing with the new epoch
+(``StreamProducer.epoch_switch_times``): the acceptance figure. The time from the command
+(the HTTP call starting), which adds the topic creation, and the call itself are
+printed too. Afterwards every acknowledged id must have been
 consumed (loss), and ids consumed twice are reported (duplicates).
 
-Baseline: the acceptance target of 1 s (p99) for "producers on the new topic".
+Baseline: the acceptance target of 1 s (p99) for "producers write to the new segment
+within 1 s of the epoch change".
 
     .venv/bin/python bench/failover_latency.py [--failovers 10] [--rate 5000]
 """
@@ -85,8 +89,10 @@ def main() -> None:
         for t in threads:
             t.start()
         time.sleep(args.every)
-        latencies: list[float] = []
+        latencies: list[float] = []  # from the command
+        after_change: list[float] = []
         calls: list[float] = []
+        wall_minus_mono = time.time() - time.monotonic()
         clusters = ["local-b", "local-a"]
         began = time.monotonic()
         for i in range(args.failovers):
@@ -95,7 +101,12 @@ def main() -> None:
             calls.append(time.monotonic() - commanded)
             while producer.epoch < table.epoch:
                 time.sleep(0.001)
-            latencies.append(producer.epoch_switch_times[table.epoch] - commanded)
+            switched = producer.epoch_switch_times[table.epoch]
+            latencies.append(switched - commanded)
+            changed = client.epoch_changed_at("bench-failover", table.epoch)
+            if changed is None:
+                raise SystemExit(f"no audit entry for epoch {table.epoch}")
+            after_change.append(switched + wall_minus_mono - changed.timestamp())
             time.sleep(args.every)
         stop.set()
         threads[0].join()
@@ -114,18 +125,20 @@ def main() -> None:
         missing = want - seen.keys()
         dups = sum(c - 1 for c in seen.values() if c > 1)
 
-    ms = [x * 1000 for x in latencies]
-    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     print(f"failovers: {len(latencies)} at {sent / (elapsed + args.every):.0f} records/s offered")
-    print(
-        f"producer on the new topic after the command: p50 {p50 * 1000:.0f} ms, "
-        f"p99 {p99 * 1000:.0f} ms, max {max(ms):.0f} ms, mean {statistics.mean(ms):.0f} ms"
-    )
+    p99 = percentile(after_change, 0.99)
+    for what, xs in (("the epoch change", after_change), ("the command", latencies)):
+        ms = [x * 1000 for x in xs]
+        print(
+            f"producer on the new topic after {what}: p50 {percentile(xs, 0.5) * 1000:.0f} ms, "
+            f"p99 {percentile(xs, 0.99) * 1000:.0f} ms, max {max(ms):.0f} ms, "
+            f"mean {statistics.mean(ms):.0f} ms"
+        )
     print(
         f"failover call itself (topic creation + save): p50 {percentile(calls, 0.5) * 1000:.0f} ms"
     )
     print(f"records: sent {sent}, acked {len(want)}, lost {len(missing)}, duplicates {dups}")
-    print(f"ratio p99 / target ({TARGET_S:g} s): {p99 / TARGET_S:.2f}")
+    print(f"ratio p99 after the epoch change / target ({TARGET_S:g} s): {p99 / TARGET_S:.2f}")
 
 
 if __name__ == "__main__":

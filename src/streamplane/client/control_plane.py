@@ -15,6 +15,7 @@ Errors, always one line:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import quote
@@ -210,6 +211,17 @@ class ControlPlaneClient:
         """Audit entries, newest first."""
         params = {"stream": stream} if stream is not None else {}
         return self._json("GET", "/v1/audit", params=params)  # type: ignore[no-any-return]
+
+    def epoch_changed_at(self, stream: str, epoch: int) -> datetime | None:
+        """When the routing change that made ``epoch`` of ``stream`` was saved (the time
+        its audit entry holds: after a failover's topics were created and before the
+        table was committed), or None when no change in the last 100 audit entries of
+        the stream made it."""
+        for entry in self.audit(stream):
+            if entry["detail"].get("to_epoch") == epoch:
+                saved = datetime.fromisoformat(entry["time"])
+                return saved if saved.tzinfo else saved.replace(tzinfo=UTC)
+        return None
 
     # ------------------------------------------------------------------ groups (the Assigner)
     def group_heartbeat(

@@ -15,6 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.failover_runtime import (
     HEALTH_STALE_S,
@@ -204,6 +205,20 @@ def test_segments_drained_and_listing(fhttp: TestClient) -> None:
         ("bulk", 1),
         ("dlq", 1),
     ]
+
+
+def test_epoch_changed_at_is_when_the_change_was_saved(fhttp: TestClient) -> None:
+    cp = ControlPlaneClient("http://testserver")
+    own, cp._http = cp._http, fhttp  # a TestClient is an httpx.Client
+    own.close()
+    create_stream(fhttp)
+    before = datetime.now(UTC)
+    epoch = int(str(failover(fhttp)["epoch"]))
+    after = datetime.now(UTC)
+    changed = cp.epoch_changed_at("orders", epoch)
+    assert changed is not None and before <= changed <= after
+    assert changed.tzinfo is not None  # comparable with time.time() of the caller
+    assert cp.epoch_changed_at("orders", epoch + 1) is None
 
 
 def test_declare_lost_is_audited(fhttp: TestClient) -> None:
