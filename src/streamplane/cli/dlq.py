@@ -64,7 +64,12 @@ def _print_table(letters: list[DeadLetter]) -> None:
             f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
             f"@{d.provenance.get('offset', '?')}",
             d.provenance.get("attempts", "?"),
-            d.provenance.get("error", "")[:60],
+            d.provenance.get("error", "")[:60]
+            + (
+                f" (record not kept: {d.provenance['dropped']} bytes)"
+                if "dropped" in d.provenance
+                else ""
+            ),
         ]
         for d in letters
     ]

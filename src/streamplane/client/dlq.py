@@ -13,7 +13,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
 from streamplane.core.routing import DLQ_LANE
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, KafkaError
+from streamplane.exceptions import ConfigError, KafkaError, RecordTooLarge
 
 REPLAY_GROUP = "sp-dlq-replay"
 
@@ -100,7 +100,11 @@ def replay(
     Each dlq record is acked only after its copy is delivered, under the group
     ``sp-dlq-replay``, so an interrupted replay resumes where it stopped and loses nothing.
     Raises KafkaError, once the rest is replayed and committed, if some dlq partitions
-    could not be read (their cluster is down): running it again replays those.
+    could not be read (their cluster is down): running it again replays those. Raises
+    RecordTooLarge, once the rest is replayed, if some dead letters cannot be: written
+    without their record (``sp-dlq-dropped``: it was over the stream's bound, and stays
+    on its origin topic until retention) or over the bound themselves. Those are left
+    unsettled in the replay group: every replay names them again.
     """
     if to_lane == DLQ_LANE:
         raise ConfigError("cannot replay the dlq lane into itself")
@@ -115,10 +119,14 @@ def replay(
                 f"stream {stream!r} has no lane {to_lane!r} (lanes: {', '.join(lanes)})"
             )
         batch: list[StreamMessage] = []
+        not_replayable: list[tuple[StreamMessage, str]] = []
 
         def each(msg: StreamMessage) -> bool:
             nonlocal replayed
             origin = read_provenance(msg.headers)
+            if "dropped" in origin:
+                not_replayable.append((msg, f"its record ({origin['dropped']} bytes) was not kept"))
+                return True
             lane = to_lane or origin.get("lane") or lanes[0]
             if lane not in lanes:
                 lane = lanes[0]
@@ -126,7 +134,11 @@ def replay(
             headers.append(
                 ("sp-replayed-from", f"{msg.topic}:{msg.partition}:{msg.offset}".encode())
             )
-            producer.send(msg.value, key=msg.key, headers=headers, lane=lane)
+            try:
+                producer.send(msg.value, key=msg.key, headers=headers, lane=lane)
+            except RecordTooLarge as exc:
+                not_replayable.append((msg, str(exc)))
+                return True
             batch.append(msg)
             if len(batch) >= 500:
                 producer.flush()
@@ -148,5 +160,15 @@ def replay(
         raise KafkaError(
             f"replayed {counted(replayed, 'record')}, but {describe_unread(unread)} (the "
             "cluster does not answer): replay again once it does"
+        )
+    if not_replayable:
+        msg, why = not_replayable[0]
+        origin = read_provenance(msg.headers)
+        raise RecordTooLarge(
+            f"replayed {counted(replayed, 'record')}, but not "
+            f"{counted(len(not_replayable), 'dead letter')}, left in the dlq lane; the "
+            f"first, {msg.topic}[{msg.partition}]@{msg.offset} (from "
+            f"{origin.get('topic', '?')}[{origin.get('partition', '?')}]"
+            f"@{origin.get('offset', '?')} on {origin.get('cluster', '?')}): {why}"
         )
     return replayed

@@ -22,6 +22,14 @@ its headers), so every record of the batch with that key and value is reported
 failed: its owner (the consumer) hands it out again, and dead-letters it again when
 the application gives up on it again. The dlq lane is at-least-once, as it already is
 across a crash between a dead letter's write and the next commit.
+
+A dead letter too large to write whole (a record another producer wrote to the lane,
+over the stream's bound, or within its provenance headers of the topic's limit) is
+written with its provenance alone (``provenance.provenance_only``: no key, no value,
+``sp-dlq-dropped`` giving the bytes left out), so that its record settles: kept
+unsettled, it was handed out again every second forever and held its partition's low
+watermark (and time lag) where it was. The record stays on its origin topic, which the
+provenance names, until retention.
 """
 
 from __future__ import annotations
@@ -30,7 +38,10 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from confluent_kafka import KafkaError as _RawKafkaError
+
 from streamplane.client.producer import Record, StreamProducer
+from streamplane.client.provenance import provenance_only
 from streamplane.exceptions import ProduceError
 
 log = logging.getLogger(__name__)
@@ -61,6 +72,9 @@ class DlqWriter(Generic[R]):
         self._waiting: list[Letter[R]] = []
         self._in_flight: list[Letter[R]] = []
         self._refused: list[R] = []  # records whose dead letter could not be queued
+        # Records (by id) whose dead letter is written with its provenance alone: too
+        # large to write whole. Kept until the letter is written or fails.
+        self._whole_too_large: set[int] = set()
         self._next_batch_at = 0.0
 
     @property
@@ -77,6 +91,8 @@ class DlqWriter(Generic[R]):
         """Drop waiting dead letters whose record is ``unwanted`` (written ones are out)."""
         self._waiting = [letter for letter in self._waiting if not unwanted(letter[0])]
         self._refused = [record for record in self._refused if not unwanted(record)]
+        kept = {id(letter[0]) for letter in self._waiting + self._in_flight}
+        self._whole_too_large &= kept
 
     def advance(self, now: float, *, send_now: bool = False) -> tuple[list[R], list[R]]:
         """Records whose dead letter is in, as (written, failed), once the batch in
@@ -110,48 +126,93 @@ class DlqWriter(Generic[R]):
         except ProduceError as exc:
             log.info("dlq producer closed with writes unfinished (%s)", exc)
 
+    def _write(self, letter: Letter[R]) -> Write:
+        """What is written for ``letter``: all of it, or its provenance alone."""
+        write = self.write_of(*letter)
+        return provenance_only(*write) if id(letter[0]) in self._whole_too_large else write
+
     def _send(self, now: float) -> None:
         batch, self._waiting = self._waiting, []
-        write_of = self.write_of
         try:
             # One write at a time (a generator): each one's headers are freed once
             # librdkafka has copied them. Built as a list, a batch's ~6 tracked objects
             # per letter lived through the collections their own allocation started,
             # and went on to the older generations.
-            too_large = self.producer.send_batch(write_of(*letter) for letter in batch)
+            too_large = self.producer.send_batch(self._write(letter) for letter in batch)
+            refused: list[Letter[R]] = []
+            if too_large:
+                stubs = [batch[i] for i in too_large]
+                self._too_large(stubs, "over the stream's bound")
+                refused = [  # not even its provenance fits: a failed write
+                    stubs[i]
+                    for i in self.producer.send_batch(self._write(letter) for letter in stubs)
+                ]
         except BaseException:
             # Every letter waits for the next batch. Usually nothing was queued (the
             # producer is closed, or has no dlq lane); if produce itself raised part way,
             # the letters queued before it are written twice (at-least-once, as above).
             self._waiting = batch + self._waiting
             raise
-        if too_large:
-            refused = set(too_large)
+        if refused:
             log.error(
-                "%d dead letters exceed the stream's record bound and were not written: "
+                "%d dead letters could not be queued even with their provenance alone: "
                 "their records stay unsettled and are handed out again",
                 len(refused),
             )
-            self._refused += [batch[i][0] for i in too_large]
-            batch = [letter for i, letter in enumerate(batch) if i not in refused]
-        self._in_flight = batch
+            self._forget(refused)
+            self._refused += [letter[0] for letter in refused]
+        gone = {id(letter[0]) for letter in refused}
+        self._in_flight = [letter for letter in batch if id(letter[0]) not in gone]
         self._next_batch_at = now + self.interval_s
+
+    def _too_large(self, letters: list[Letter[R]], why: str) -> None:
+        """From now on, write ``letters`` with their provenance alone."""
+        whole = [letter for letter in letters if id(letter[0]) not in self._whole_too_large]
+        if whole:
+            log.warning(
+                "%d dead letters too large to write whole (%s): written with their "
+                "provenance alone (header sp-dlq-dropped); their records stay on their "
+                "origin topics until retention",
+                len(whole),
+                why,
+            )
+        self._whole_too_large.update(id(letter[0]) for letter in letters)
 
     def _batch_done(self) -> tuple[list[R], list[R]]:
         batch, self._in_flight = self._in_flight, []
         failures = self.producer.take_failures()
         if not failures:
+            self._forget(batch)
             return [letter[0] for letter in batch], []
         lost = {(msg.value(), msg.key()) for _err, msg in failures}
+        too_large = {
+            (msg.value(), msg.key())
+            for err, msg in failures
+            if err.code() == _RawKafkaError.MSG_SIZE_TOO_LARGE
+        }
         written: list[R] = []
         failed: list[R] = []
+        again: list[Letter[R]] = []  # refused by the broker as too large: written stripped
         for letter in batch:
-            value, key, _headers = self.write_of(*letter)
-            (failed if (value, key) in lost else written).append(letter[0])
-        log.warning(
-            "%d dlq writes failed (first: %s): %d records will be handed out again",
-            len(failures),
-            failures[0][0],
-            len(failed),
-        )
+            value, key, _headers = self._write(letter)
+            if (value, key) in too_large and id(letter[0]) not in self._whole_too_large:
+                again.append(letter)
+            else:
+                (failed if (value, key) in lost else written).append(letter[0])
+        if again:
+            self._too_large(again, "refused by the broker")
+            self._waiting = again + self._waiting
+        if len(again) < len(failures):
+            log.warning(
+                "%d dlq writes failed (first: %s): %d records will be handed out again",
+                len(failures),
+                failures[0][0],
+                len(failed),
+            )
+        retried = {id(letter[0]) for letter in again}
+        self._forget([letter for letter in batch if id(letter[0]) not in retried])
         return written, failed
+
+    def _forget(self, done: list[Letter[R]]) -> None:
+        if self._whole_too_large:
+            self._whole_too_large.difference_update(id(letter[0]) for letter in done)

@@ -368,8 +368,9 @@ class StreamProducer:
 
     def send_batch(self, records: Iterable[Record], lane: str | None = None) -> list[int]:
         """Queue ``records`` ((value, key, headers) each, bytes) for one lane in order,
-        with one routing lookup for them all. Returns the positions of the records over
-        the stream's bound, which are not queued (every other record is). Unlike
+        with one routing lookup for them all. Returns the positions of the records too
+        large to queue: over the stream's bound, or with their headers over librdkafka's
+        ``message.max.bytes`` (every other record is queued). Unlike
         ``send``, it serves no delivery reports itself: failures are collected at the
         caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``). ``records`` may
         be a generator: each record is queued (copied by librdkafka) before the next is
@@ -394,7 +395,11 @@ class StreamProducer:
                 except BufferError:
                     producer.poll(0.05)  # local queue full: back-pressure, not failure
                 except KafkaException as exc:
-                    raise _produce_error(exc, len(value or b"") + len(key or b"")) from None
+                    error = _produce_error(exc, len(value or b"") + len(key or b""))
+                    if not isinstance(error, RecordTooLarge):
+                        raise error from None
+                    too_large.append(i)
+                    break
         queued = i + 1 - len(too_large)
         route.counts.sent += queued
         self._sent_since_poll += queued

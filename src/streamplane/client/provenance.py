@@ -19,6 +19,9 @@ FIELDS = (
 )
 # The per-record fields, after the five every dead letter of a partition shares.
 _OFFSET, _ATTEMPTS, _ERROR, _FIRST_SEEN = (PREFIX + f for f in FIELDS[5:])
+# On a dead letter written without its record (too large to write whole): how many
+# bytes of key, value and headers were left out.
+DROPPED = PREFIX + "dropped"
 
 
 def dlq_headers(
@@ -41,6 +44,21 @@ def dlq_headers(
         (_FIRST_SEEN, b"%d" % first_seen_ms),
     )
     return headers
+
+
+def provenance_only(
+    value: bytes | str | None, key: bytes | str | None, headers: list[tuple[str, bytes]] | None
+) -> tuple[None, None, list[tuple[str, bytes]]]:
+    """What is written for a dead letter too large to write whole (a record another
+    producer wrote to the lane, over the stream's bound): no key, no value, only its
+    provenance headers (``headers`` from ``dlq_headers``) and ``sp-dlq-dropped``, the
+    bytes left out. The record itself stays on its origin topic until retention."""
+    headers = headers or []
+    dropped = sum(len(x.encode() if isinstance(x, str) else x or b"") for x in (value, key))
+    dropped += sum(len(k) + len(v or b"") for k, v in headers if not k.startswith(PREFIX))
+    kept = [(k, v) for k, v in headers if k.startswith(PREFIX)]
+    kept.append((DROPPED, b"%d" % dropped))
+    return None, None, kept
 
 
 @lru_cache(maxsize=4096)

@@ -8,10 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from streamplane.client.consumer import StreamConsumer
+from streamplane.client.dlq import list_dead_letters, replay
 from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import NotFound, ProduceError, RecordTooLarge
+from streamplane.kafka.clients import producer_config
+from streamplane.local.fleet import FleetDescriptor
 from tests.waiting import wait_for
 
 
@@ -30,6 +34,48 @@ def test_a_str_counts_its_utf8_bytes_against_the_bound(
         assert producer.send_batch([("é" * 900, None, None), ("é" * 400, "k", None)]) == [0]
         producer.send("é" * 400)  # 800 bytes: within the bound
         producer.flush()
+
+
+def test_a_foreign_record_over_the_bound_is_dead_lettered_with_its_provenance_alone(
+    control_plane: Any, fleet: FleetDescriptor, stream_factory: Callable[..., str]
+) -> None:
+    """Another producer wrote a record over the stream's bound to the lane (its topic
+    takes 64 KiB more). Rejected, its dead letter keeps only the provenance, so it
+    settles (it was handed out every second forever, holding the low watermark);
+    ``replay`` replays the rest and names it, left in the dlq lane."""
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1, max_record_bytes=1000)
+    client = control_plane.client()
+    topic = client.routing(stream).active("realtime").topic
+    raw = Producer(producer_config(fleet.bootstrap("local-a")))
+    for value in (b"small-0", b"x" * 5000, b"small-2"):
+        raw.produce(topic, value, key=b"k")
+    assert raw.flush(30) == 0
+    with StreamConsumer(stream, "rejects-all", client, max_attempts=1) as consumer:
+
+        def all_rejected() -> bool:
+            for msg in consumer.poll_batch(10, 0.2):
+                msg.reject("bad record")
+            (state,) = consumer.partition_states()
+            return bool(state["low_watermark"] == 3)
+
+        wait_for("all three records settled", all_rejected, 30)
+        assert consumer.stats["dlq"] == 3
+    letters = sorted(
+        list_dead_letters(client, stream).letters, key=lambda d: d.provenance["offset"]
+    )
+    assert [(d.value, d.key) for d in letters] == [
+        (b"small-0", b"k"),
+        (None, None),
+        (b"small-2", b"k"),
+    ]
+    stub = letters[1].provenance
+    assert (stub["offset"], stub["dropped"], stub["error"]) == ("1", "5001", "bad record")
+    with pytest.raises(
+        RecordTooLarge, match=r"replayed 2 records, but not 1 dead letter.*@1 on local-a"
+    ):
+        replay(client, stream)
+    with pytest.raises(RecordTooLarge, match="replayed 0 records, but not 1 dead letter"):
+        replay(client, stream)  # named again, the others not replayed twice
 
 
 def test_a_deleted_stream_refuses_sends(

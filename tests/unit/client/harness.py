@@ -52,7 +52,8 @@ class DlqBroker:
         self.keep_written = keep_written
         self.written: list[tuple[bytes | None, list[tuple[str, bytes]]]] = []
         self.pending: list[Message] = []
-        self.reports: list[Message] = []  # failed writes, reported at the next poll
+        # Failed writes and their error codes, reported at the next poll.
+        self.reports: list[tuple[Message, int]] = []
         self.fail_next = False  # the next ``deliver`` fails every write it holds
         # The producer's delivery callback (set by ``stand_in_consumer``).
         self.on_delivery: Callable[[KafkaError, Message], None] | None = None
@@ -73,12 +74,17 @@ class DlqBroker:
             self.written.append((value, headers))
         self.pending.append(Message(topic=topic, value=value, key=key))
 
-    def deliver(self, *, fail: Callable[[Message], bool] | None = None) -> None:
+    def deliver(
+        self,
+        *,
+        fail: Callable[[Message], bool] | None = None,
+        code: int = KafkaError._MSG_TIMED_OUT,
+    ) -> None:
         """Deliver every held write; those ``fail`` picks (or all, after
-        ``fail_next``) fail."""
+        ``fail_next``) fail with error ``code``."""
         for msg in self.pending:
             if self.fail_next or (fail is not None and fail(msg)):
-                self.reports.append(msg)
+                self.reports.append((msg, code))
         self.pending = []
         self.fail_next = False
 
@@ -86,9 +92,9 @@ class DlqBroker:
         if self.ack_at_poll:
             self.deliver()
         reports, self.reports = self.reports, []
-        for msg in reports:
+        for msg, code in reports:
             assert self.on_delivery is not None
-            self.on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT), msg)
+            self.on_delivery(KafkaError(code), msg)
         return len(reports)
 
     def flush(self, timeout: float = 0) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Message
+from confluent_kafka import KafkaError, Message
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.producer import Record
@@ -194,23 +194,45 @@ def test_closing_writes_the_waiting_dead_letters_and_settles_them(clock: Clock) 
     assert state.unsettled() == 0 and c.stats["dlq"] == 2
 
 
-def test_a_dead_letter_over_the_record_bound_is_not_written_and_its_record_stays_unsettled(
+def test_a_dead_letter_over_the_record_bound_is_written_with_its_provenance_alone(
     clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A record another producer wrote to the lane, over the stream's bound: its dead
+    letter keeps the provenance (where the record still is) and drops the rest, so the
+    record settles (before, it was handed out every second forever, holding the low
+    watermark)."""
     broker = DlqBroker()
     c, state = consumer_of(12, broker)
     assert c._dlq is not None
     c._dlq.producer._max_record_bytes = 1  # values "10" and "11" are over it
     exhaust(c, clock, {1, 10})
-    assert [v for v, _ in broker.written] == [b"1"]  # the rest of the batch is written
-    assert "exceed the stream's record bound" in caplog.text
+    assert [v for v, _ in broker.written] == [b"1", None]  # the rest of the batch whole
+    stub = read_provenance(broker.written[1][1])
+    assert (stub["offset"], stub["dropped"]) == ("10", "2")  # the value's 2 bytes
+    assert "written with their provenance alone" in caplog.text
 
     broker.deliver()
     poll(c, clock, 0)
-    assert state.unsettled() == 1 and c.stats["dlq"] == 1  # record 10 is not settled
-    assert state.progress(0).low_watermark == 10
-    again = poll(c, clock, 1.1)  # handed out again a second later, like a failed write
-    assert [m.offset for m in again] == [10]
+    assert state.unsettled() == 0 and c.stats["dlq"] == 2
+    assert state.progress(0).low_watermark == 12
+    assert poll(c, clock, 1.1) == []  # not handed out again
+
+
+def test_a_dead_letter_the_broker_finds_too_large_is_written_again_with_its_provenance_alone(
+    clock: Clock,
+) -> None:
+    broker = DlqBroker()
+    c, state = consumer_of(4, broker)
+    exhaust(c, clock, {1, 2})
+    broker.deliver(fail=lambda msg: msg.value() == b"2", code=KafkaError.MSG_SIZE_TOO_LARGE)
+    poll(c, clock, 0)  # the failure is reported: record 2 goes out again at once, stripped
+    poll(c, clock, 0.1)
+    assert [v for v, _ in broker.written] == [b"1", b"2", None]
+    assert read_provenance(broker.written[2][1])["offset"] == "2"
+    broker.deliver()
+    poll(c, clock, 0)
+    assert state.unsettled() == 0 and c.stats["dlq"] == 2
+    assert state.progress(0).low_watermark == 4
 
 
 def test_a_batch_builds_each_dead_letter_once_the_one_before_is_queued(clock: Clock) -> None:
