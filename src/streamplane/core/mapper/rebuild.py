@@ -136,6 +136,16 @@ def rebuild(pmap: PartitionMap, brokers: BrokerMap, params: RebuildParams | None
     if params.optimize_leadership:
         after = balance_leaders(after, eligible=set(eligible))
 
+    dead = set(brokers.in_state(BrokerState.DEAD)) | set(unknown)
+    stranded = [p for p, q in zip(parts, after, strict=True) if set(p.replicas) <= dead and q != p]
+    if stranded:
+        names = ", ".join(f"{p.topic}-{p.partition}" for p in stranded[:_MAX_LISTED])
+        warnings.append(
+            f"{len(stranded)} partition(s) have every replica on a dead broker ({names}): "
+            "no replica is left to copy from, so their moves wait until a dead broker "
+            "comes back (with unclean leader election, the new replicas start empty: "
+            "their records are lost)"
+        )
     broken = [p for p in after if not policy.satisfied(p.replicas)]
     if broken:
         names = ", ".join(f"{p.topic}-{p.partition}" for p in broken[:_MAX_LISTED])

@@ -75,6 +75,17 @@ def test_unknown_broker_in_the_map_is_treated_as_dead() -> None:
     assert rack_violations(plan.after, BrokerMap(NINE)) == []
 
 
+def test_a_partition_with_every_replica_on_dead_brokers_is_warned_about() -> None:
+    """Nothing is left to copy it from: its move waits for a dead broker (or, with
+    unclean leader election, starts empty). A retiring broker still serves its data."""
+    pm = pmap_of({"single": [[4], [5]], "pair": [[4, 5], [4, 6]]})
+    plan = rebuild(pm, nine(b4=BrokerState.DEAD, b5=BrokerState.DEAD))
+    (stranded,) = [w for w in plan.warnings if "every replica on a dead broker" in w]
+    assert stranded.startswith("3 partition(s)") and "(pair-0, single-0, single-1)" in stranded
+    retiring = rebuild(pm, nine(b4=BrokerState.RETIRING, b5=BrokerState.RETIRING))
+    assert not [w for w in retiring.warnings if "dead broker" in w]
+
+
 def test_substitution_affinity_sends_everything_to_the_same_rack_newcomer() -> None:
     brokers = BrokerMap(
         [
