@@ -92,6 +92,13 @@ class FailoverSettings(BaseModel):
     sealer_interval: float = Field(default=1.0, gt=0)
     auto_retire: bool = Field(default=True, description="Retire settled sealed segments.")
     retire_interval: float = Field(default=5.0, gt=0)
+    reader_retention: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="Seconds a group that settled a retired segment still holds the "
+        "stream's later segments while it commits nowhere (offline): Kafka's default "
+        "offsets retention.",
+    )
     kafka_timeout: float = Field(default=5.0, gt=0, description="Seconds per sealer Kafka call.")
     leader_interval: float = Field(
         default=0.5, gt=0, description="How often a follower tries to become the leader."
@@ -493,7 +500,12 @@ class FailoverRuntime:
             # A cluster we cannot read may hide a group: retire nothing this round.
             self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s", stream, exc)
             return
-        readers = set(committed) | self.store.reporting_groups(stream)
+        # A group offline since its last commits, on segments retired since, commits
+        # on no readable segment: the groups that settled a retired segment are kept
+        # as drained reports (below), so that it still holds the later ones.
+        readers = set(committed) | self.store.reporting_groups(
+            stream, self.settings.reader_retention
+        )
         for seg in sealed:
             reported = self.store.drained_groups(stream, seg.cluster, seg.topic)
             try:
@@ -509,6 +521,8 @@ class FailoverRuntime:
             offsets_here = {g: committed.get(g, {}).get(seg.topic, {}) for g in readers}
             check = retire_check(end, offsets_here, reported)
             if check.retire:
+                for group in check.groups:  # first: each one settled it, and is remembered
+                    self.store.record_drained(stream, seg.cluster, seg.topic, group)
                 self.service.transition_segment(
                     stream, seg.cluster, seg.topic, SegmentState.RETIRED, None, actor="sealer"
                 )

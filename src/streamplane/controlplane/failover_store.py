@@ -150,14 +150,14 @@ class FailoverStore:
             )
             return {r.group_name for r in rows}
 
-    def reporting_groups(self, stream: str) -> set[str]:
-        """Groups that reported any segment of ``stream`` drained."""
+    def reporting_groups(self, stream: str, within_s: float | None = None) -> set[str]:
+        """Groups that reported any segment of ``stream`` drained (the last ``within_s``
+        seconds)."""
+        where = [segment_drains.c.stream == stream]
+        if within_s is not None:
+            where.append(segment_drains.c.reported_at >= utcnow() - timedelta(seconds=within_s))
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(segment_drains.c.group_name)
-                .where(segment_drains.c.stream == stream)
-                .distinct()
-            )
+            rows = conn.execute(sa.select(segment_drains.c.group_name).where(*where).distinct())
             return {r.group_name for r in rows}
 
     # ------------------------------------------------------------------ segments
