@@ -49,6 +49,7 @@ _OPTION_OF = {
     "failover.health_threshold": "--health-threshold",
     "failover.health_interval": "--health-interval",
     "failover.seal_grace": "--seal-grace",
+    "failover.reader_retention": "--reader-retention",
 }
 
 
@@ -143,6 +144,14 @@ _OPTION_OF = {
     help="PostgreSQL: seconds a leader that stopped answering (hung, stopped) keeps the "
     "leadership before its session is ended and another replica takes over.",
 )
+@click.option(
+    "--reader-retention",
+    type=click.FloatRange(min=1.0),
+    default=7 * 24 * 3600.0,
+    show_default=True,
+    help="Seconds a group that settled a retired segment keeps holding the stream's later "
+    "segments while it commits nowhere (offline); Kafka's default offsets retention.",
+)
 def serve(
     db_url: str,
     host: str,
@@ -161,6 +170,7 @@ def serve(
     lease_ttl: float,
     advertise_url: str | None,
     leader_lease: float,
+    reader_retention: float,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -188,6 +198,7 @@ def serve(
             sealing_enabled=sealing,
             advertise_url=advertise_url,
             leader_lease=leader_lease,
+            reader_retention=reader_retention,
         )
         settings = ControlPlaneSettings(
             db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl
