@@ -452,6 +452,15 @@ class FailoverRuntime:
             draining_for = (datetime.now(UTC) - started).total_seconds()
         else:
             draining_for = mono - first
+        with self._health_lock:
+            health = self._health.get(seg.cluster)
+        if health is not None and health.since is not None:
+            # Its cluster's health changed while the segment drained (it was down and
+            # answers again): the records producers kept queued for it are on their way
+            # only now, so the settle and grace periods count from then. (Counted from
+            # the failover, a grace that ran out during a long outage sealed the segment
+            # the moment its cluster answered: 1,136 records landed past the sealed end.)
+            draining_for = min(draining_for, mono - health.since)
         producers = self.store.live_producers(table.stream, s.producer_liveness)
         reason = seal_reason(
             table, seg, producers, draining_for, settle_s=s.seal_settle, grace_s=s.seal_grace

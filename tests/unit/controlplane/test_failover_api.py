@@ -448,6 +448,44 @@ def test_grace_period_seals_past_a_lagging_producer(
     assert states(service)["sp.orders.realtime.e1"] == "sealed"
 
 
+def test_the_grace_period_counts_from_when_the_segments_cluster_answers_again(
+    fhttp: TestClient, service: ControlPlaneService, io: StubClusterIO, clock: Clock
+) -> None:
+    """A producer lagging on epoch 1 (records queued for local-a, which is down): the
+    grace ran out during the outage, but the segment is sealed only a grace period after
+    local-a answers again, when the queued records have had time to land."""
+    rt = FailoverRuntime(
+        service,
+        FailoverSettings(seal_settle=0.0, seal_grace=5.0, health_threshold=1.0),
+        leadership=SingleReplica(),
+        io_factory=io.for_bootstrap,
+        clock=clock,
+    )
+    create_stream(fhttp)
+    fhttp.post("/v1/streams/orders/producers/p1/heartbeat", json={"epoch": 1}, headers=AUTH)
+    failover(fhttp)
+    old = "sp.orders.realtime.e1"
+    io.down.add("local-a")
+    for _ in range(3):
+        rt.probe_once("local-a")
+        clock.now += 1.0
+    assert rt._health["local-a"].health is ClusterHealth.DOWN
+    later = datetime.now(UTC) + timedelta(seconds=60)  # the outage outlasts the grace
+    with mock.patch("streamplane.controlplane.failover_runtime.datetime") as dt:
+        dt.now.return_value = later
+        rt.seal_and_retire_once(now=clock.now)
+        assert states(service)[old] == "draining"  # down: no end offsets to seal at
+        io.down.clear()
+        rt.probe_once("local-a")  # back
+        fhttp.post("/v1/streams/orders/producers/p1/heartbeat", json={"epoch": 1}, headers=AUTH)
+        clock.now += 1.0
+        rt.seal_and_retire_once(now=clock.now)
+        assert states(service)[old] == "draining"  # 1 s after it answered
+        clock.now += 5.0
+        rt.seal_and_retire_once(now=clock.now)
+    assert states(service)[old] == "sealed"
+
+
 def test_retire_when_every_reading_group_settled(
     fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
 ) -> None:
