@@ -191,18 +191,21 @@ class StreamMessage:
 
     def nack(self, error: BaseException | str | None = None) -> None:
         """Retry later with backoff, without blocking newer records (thread-safe, no
-        lock: queued like an ack, and scheduled at the next housekeeping)."""
+        lock: queued like an ack, and scheduled at the next housekeeping). ``error`` (an
+        exception is told by its type and message) is the record's ``last_error``."""
         if self._done:
             return
         self._done = True
-        if error is not None:
+        if isinstance(error, BaseException):  # told as ``reject`` tells it
+            self._error = f"{type(error).__name__}: {error}"
+        elif error is not None:
             self._error = str(error)
         self._run.state.nacks.append(self)  # counted and scheduled at housekeeping
 
     def reject(self, reason: BaseException | str = "rejected", *, dlq: bool = True) -> None:
         """Give up: send to the dlq lane with provenance (or only mark rejected). The
         reason (an exception is told by its type and message) is the dead letter's
-        ``sp-last-error``."""
+        ``sp-dlq-error``."""
         if isinstance(reason, BaseException):
             reason = f"{type(reason).__name__}: {reason}"
         elif not isinstance(reason, str):

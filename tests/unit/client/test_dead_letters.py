@@ -336,7 +336,7 @@ def test_run_rejects_a_non_retryable_error_at_once_and_retries_the_others(
     }
     assert errors == {
         1: ("1", "non-retryable ValueError: not JSON"),
-        2: ("2", "max attempts (2) reached: flaky"),
+        2: ("2", "max attempts (2) reached: RuntimeError: flaky"),  # as reject tells it
     }
     assert state.unsettled() == 0
     assert state.progress(0).low_watermark == 4
