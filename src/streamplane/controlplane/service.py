@@ -273,7 +273,7 @@ class ControlPlaneService:
         except KafkaError as exc:
             raise ConfigError(
                 f"cluster {name!r}: {bootstrap} does not answer ({exc}); not changed "
-                "(force it to change it anyway)"
+                "(to change it anyway: --force, force=true in the API)"
             ) from None
         try:
             old_id: str | None = self._admin(current).cluster_id(timeout)
@@ -282,7 +282,8 @@ class ControlPlaneService:
         if old_id is not None and old_id != new_id:
             raise ConfigError(
                 f"cluster {name!r}: {bootstrap} is another Kafka cluster (id {new_id}; "
-                f"{current} is {old_id}); not changed (force it to change it anyway)"
+                f"{current} is {old_id}); not changed (to change it anyway: --force, "
+                "force=true in the API)"
             )
 
     def _probe_admin(self, bootstrap: str) -> TopicAdmin:

@@ -16,6 +16,7 @@ import contextlib
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -292,7 +293,8 @@ class LocalFleet:
         if alive:
             raise LocalFleetError(
                 f"a local fleet is already running in {self.data_dir} "
-                f"({len(alive)} brokers up): run `streamplane local down` first"
+                f"({len(alive)} brokers up): run `streamplane local down --data-dir "
+                f"{shlex.quote(str(self.data_dir))}` first"
             )
 
     # ------------------------------------------------------------------ down

@@ -117,6 +117,7 @@ def test_cluster_registry_and_tag_filter(http: TestClient) -> None:
     refused = http.patch("/v1/clusters/eu-2", json=patch, headers=AUTH)
     assert refused.status_code == 400
     assert "k4:9093 does not answer" in refused.json()["detail"]
+    assert "to change it anyway: --force, force=true in the API" in refused.json()["detail"]
     forced = http.patch("/v1/clusters/eu-2", json=patch, params={"force": "true"}, headers=AUTH)
     patched = forced.json()
     assert patched["bootstrap"] == "k4:9093"
