@@ -179,7 +179,12 @@ def serve(
     from streamplane.controlplane.app import ControlPlaneSettings, create_app
     from streamplane.controlplane.failover_runtime import FailoverSettings
     from streamplane.controlplane.service import ControlPlaneService
-    from streamplane.controlplane.store import Store, display_url, lock_database_file
+    from streamplane.controlplane.store import (
+        Store,
+        display_url,
+        lock_database_file,
+        sqlite_file,
+    )
 
     if not token:
         token = read_token_file()
@@ -212,6 +217,9 @@ def serve(
     _log_to_stderr(log_level)
     # One replica per SQLite file: held until this process ends.
     db_lock = lock_database_file(settings.db_url)
+    db_file = sqlite_file(settings.db_url)
+    if db_file is not None and not db_file.exists():
+        progress(f"new control-plane database {db_file}")
     sock = _bind(host, port)
     try:
         service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)

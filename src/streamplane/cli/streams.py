@@ -266,3 +266,32 @@ def declare_lost(
         return
     click.echo(f"stream {name}: segments on {cluster} declared lost (epoch {routing.epoch})")
     click.echo(segments_table(routing))
+
+
+@streams.command("transition")
+@click.argument("name")
+@click.argument("topic")
+@click.option("--cluster", required=True, help="The segment's cluster.")
+@click.option(
+    "--to",
+    "state",
+    required=True,
+    type=click.Choice(["sealed", "retired"]),
+    help="The next state: a draining segment is sealed (no producer writes to it; no end "
+    "offsets are recorded: the retire check reads its current ends), a sealed one "
+    "retired (no longer read).",
+)
+@json_option
+@connection_options
+def transition(
+    name: str, topic: str, cluster: str, state: str, as_json: bool, url: str, token: str | None
+) -> None:
+    """Move segment TOPIC of stream NAME forward by hand: what the sealer does on its own,
+    for a stream no group reads (never retired automatically)."""
+    with connect(url, token) as cp:
+        routing = cp.transition_segment(name, cluster, topic, state)
+    if as_json:
+        echo_json(routing_to_json(routing))
+        return
+    click.echo(f"stream {name}: {topic} on {cluster} {state} (epoch {routing.epoch})")
+    click.echo(segments_table(routing))

@@ -224,7 +224,7 @@ def _engine(url: str) -> Engine:
             "connections; give a file (sqlite:///path/to/control-plane.db)"
         )
     if is_sqlite and parsed.database:
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        make_database_dir(Path(parsed.database), shown)
     try:
         engine = sa.create_engine(parsed)
     except (sa.exc.NoSuchModuleError, ModuleNotFoundError) as exc:
@@ -377,6 +377,29 @@ class DatabaseAvailability:
             )
 
 
+def make_database_dir(db_file: Path, shown: str) -> None:
+    """Create the directory of a SQLite file (``.streamplane/`` on a fresh checkout), but
+    not a deeper path: a mistyped ``--db`` (``sqlite:////nonexistent/dir/x.db``) made its
+    directories and served a new, empty registry without a word."""
+    parent = db_file.parent
+    if parent.is_dir():
+        return
+    if not parent.parent.is_dir():
+        raise ConfigError(
+            f"database URL {shown!r}: directory {parent.parent} does not exist (create it, "
+            "or correct the path)"
+        )
+    parent.mkdir(exist_ok=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other databases)."""
+    parsed = _parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return Path(parsed.database).resolve()
+
+
 # ---------------------------------------------------------------------- one replica per file
 def lock_database_file(url: str) -> IO[str] | None:
     """For a SQLite URL, hold an OS lock on ``<database file>.lock`` (``flock``, released
@@ -389,7 +412,7 @@ def lock_database_file(url: str) -> IO[str] | None:
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return None
     db_file = Path(parsed.database).resolve()
-    db_file.parent.mkdir(parents=True, exist_ok=True)
+    make_database_dir(db_file, display_url(url))
     lock_path = db_file.with_name(db_file.name + ".lock")
     handle = open(lock_path, "a+")  # noqa: SIM115 - held for the process's life
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
 from streamplane.local.fleet import FleetDescriptor
+from tests.waiting import wait_for
 
 CLI = [sys.executable, "-m", "streamplane.cli"]
 
@@ -45,7 +46,7 @@ def test_help_on_every_command() -> None:
     groups = {
         "control-plane": ["serve"],
         "clusters": ["list", "add", "update", "remove", "import-local"],
-        "streams": ["create", "list", "describe", "delete", "failover"],
+        "streams": ["create", "list", "describe", "delete", "failover", "transition"],
     }
     for group, commands in groups.items():
         for args in ([group, "--help"], *([group, c, "--help"] for c in commands)):
@@ -113,6 +114,21 @@ def test_streams_round_trip(control_plane: ControlPlaneProcess) -> None:
         )
     )
     assert moved["epoch"] == 2
+
+    # Nobody reads the stream: its old bulk segment is sealed, never retired on its own.
+    old = f"sp.{name}.bulk.e1"
+
+    def old_state() -> str:
+        with control_plane.client() as client:
+            return next(s.state.value for s in client.routing(name).segments if s.topic == old)
+
+    wait_for("the old bulk segment sealed", lambda: old_state() == "sealed", 30)
+    retired = ok(run_cli(control_plane, "streams", "transition", name, old, "--cluster",
+                         "local-a", "--to", "retired"))  # fmt: skip
+    assert f"stream {name}: {old} on local-a retired (epoch 4)" in retired
+    again = one_error_line(run_cli(control_plane, "streams", "transition", name, old,
+                                   "--cluster", "local-a", "--to", "sealed"))  # fmt: skip
+    assert "cannot go from retired to sealed" in again
 
     assert f"deleted stream {name}" in ok(run_cli(control_plane, "streams", "delete", name))
     err = one_error_line(run_cli(control_plane, "streams", "describe", name))

@@ -37,6 +37,14 @@ def test_a_port_that_is_not_a_number_is_one_error_line(tmp_path: Path) -> None:
     assert "secret" not in line
 
 
+def test_a_sqlite_file_in_a_missing_directory_tree_is_refused(tmp_path: Path) -> None:
+    """A mistyped --db made its directories and served a new, empty registry; only the
+    file's own directory is made (``.streamplane/`` on a fresh checkout)."""
+    line = _one_error_line(_serve(tmp_path, f"sqlite:///{tmp_path}/no/such/dir/cp.db"))
+    assert f"directory {tmp_path}/no/such does not exist" in line
+    assert not (tmp_path / "no").exists()
+
+
 def test_postgres_urls_mean_the_installed_driver(tmp_path: Path) -> None:
     # Nothing listens on port 1: the database cannot be opened, but the driver loads.
     for scheme in ("postgres", "postgresql"):
