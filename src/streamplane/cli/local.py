@@ -21,6 +21,7 @@ def data_dir_option(f: click.decorators.FC) -> click.decorators.FC:
         type=click.Path(path_type=Path, file_okay=False),
         default=DEFAULT_DATA_DIR,
         envvar="STREAMPLANE_LOCAL_DIR",
+        show_envvar=True,
         show_default=True,
         help="Where the fleet keeps broker data, logs and its descriptor (fleet.json).",
     )(f)

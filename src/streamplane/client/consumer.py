@@ -59,6 +59,7 @@ from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable
+from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError
 from streamplane.kafka.clients import consume_available, consumer_config
 
@@ -719,12 +720,12 @@ class StreamConsumer:
         for load in started:
             if not load.done.wait(max(0.0, deadline - time.monotonic())):
                 log.warning(
-                    "cluster %s (%s) has not said in %.0f s where to start %d partitions: "
+                    "cluster %s (%s) has not said in %.0f s where to start %s: "
                     "they are read once it does, the other clusters meanwhile",
                     load.cluster,
                     self._bootstraps.get(load.cluster, "?"),
                     _LOAD_WAIT_S,
-                    len(load.keys),
+                    counted(len(load.keys), "partition"),
                 )
         if started:
             self._adopt_loads()
