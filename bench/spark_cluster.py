@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,16 +38,11 @@ import pyspark
 
 from _stack import local_stack
 from streamplane.client.producer import StreamProducer
+from streamplane.local.control_plane_process import free_port
 from streamplane.pipeline.generator import generate, produce
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_line(log: Path, needle: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:

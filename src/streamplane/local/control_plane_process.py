@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +23,17 @@ import httpx
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.exceptions import LocalFleetError
+from streamplane.local.fleet import free_ports
 
 log = logging.getLogger(__name__)
 _WATCH_INTERVAL_S = 0.5
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the ephemeral range: a client retrying a stopped control
+    plane on a port inside it can be given that port as its own source port, connect to
+    itself and hold it, so the control plane cannot start there again."""
+    return free_ports(1)[0]
 
 
 class ControlPlaneProcess:

@@ -612,6 +612,13 @@ def _allocate_ports(count: int, base_port: int | None, avoid: Collection[int] = 
             if not _port_free(p):
                 raise ConfigError(f"port {p} on {HOST} is already in use (--base-port {base_port})")
         return ports
+    return free_ports(count, avoid)
+
+
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """``count`` free loopback ports below the ephemeral range (``choose_ports``): for the
+    fleet's brokers, and for any server a client may retry while it is stopped (the
+    control plane)."""
     return choose_ports(count, ephemeral_port_range(), _port_free, avoid=avoid)
 
 

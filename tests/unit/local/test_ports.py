@@ -232,3 +232,12 @@ def test_broker_info_unchanged() -> None:
         "node_id", "host", "port", "controller_port", "rack", "pid",
         "log_dir", "config_file", "log_file",
     }  # fmt: skip
+
+
+def test_the_control_planes_port_is_below_the_ephemeral_range() -> None:
+    """As the brokers': a client retrying a stopped control plane on an ephemeral port
+    can connect to itself and hold the port."""
+    from streamplane.local.control_plane_process import free_port
+
+    low, _high = ephemeral_port_range()
+    assert all(free_port() < low for _ in range(20))
