@@ -14,6 +14,14 @@ they are still delivered once it answers, within librdkafka's ``message.timeout.
 Moving them to the new segment instead is not possible without loss: librdkafka hands
 a purged record back without its headers.
 
+``flush(timeout)`` leaves what it could not deliver queued (the caller may flush
+again). ``close(timeout)`` gives up on it: the records still not acknowledged are
+purged from librdkafka and their delivery reports served at once, each with an error
+(``_PURGE_QUEUE``: never sent; ``_PURGE_INFLIGHT``: sent, its answer abandoned, so the
+broker may have written it), then ``ProduceError`` names how many were not acknowledged
+for which cluster. Without the purge their ``on_delivery`` never ran (the process
+exited with them queued), so an application could not tell which records to resend.
+
 Delivery errors reach the caller: through ``on_delivery`` when given, otherwise they
 are collected and ``flush()`` raises ``ProduceError``.
 
@@ -59,6 +67,9 @@ _POLL_EVERY = 1000
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 # How often librdkafka hands over its statistics (the produce latency windows).
 _STATISTICS_INTERVAL_MS = 5000
+# How long ``close`` waits for the delivery reports of the records it purged (they are
+# ready at once: this bounds a librdkafka that does not hand them over).
+_PURGED_REPORTS_S = 1.0
 
 
 class _TopicCounts:
@@ -93,6 +104,29 @@ class _NothingQueued:
 
 
 _NOTHING_QUEUED = _NothingQueued()
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """Records of one cluster's producer not done (neither acknowledged nor reported
+    failed) when ``flush``/``close`` stopped waiting."""
+
+    cluster: str
+    producer: Producer
+    left: bool  # a producer of a cluster the stream left (retired)
+    records: int
+
+
+def _where(waiting: Iterable[tuple[str, bool, int]], verb: str) -> str:
+    """``2611 queued for local-b; 40 queued for local-a, which the stream left``: one
+    part per (cluster, left) of ``waiting``'s (cluster, left, records)."""
+    merged: dict[tuple[str, bool], int] = {}
+    for cluster, left, records in waiting:
+        merged[(cluster, left)] = merged.get((cluster, left), 0) + records
+    return "; ".join(
+        f"{records} {verb} {cluster}{', which the stream left' if left else ''}"
+        for (cluster, left), records in merged.items()
+    )
 
 
 def _produce_error(exc: KafkaException, size: int) -> ProduceError:
@@ -176,6 +210,7 @@ class StreamProducer:
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
+        self._failed_reports = 0  # failed delivery reports served, callbacks' included
         self._counts: dict[str, _TopicCounts] = {}  # by topic, retired ones included
         self._retired_counts: list[_TopicCounts] = []
         METRICS.produce_latency[(stream,)]  # exported from the start, empty until measured
@@ -230,13 +265,25 @@ class StreamProducer:
         self.close()
 
     def close(self, timeout: float = 30.0) -> None:
+        """Wait up to ``timeout`` seconds for every queued record (as ``flush``), then let
+        the Kafka producers go. Records still not acknowledged then are given up on:
+        purged from librdkafka, each one's delivery report served now with an error
+        (its ``on_delivery``, or ``take_failures`` for one sent without), and
+        ``ProduceError`` names how many were not acknowledged for which cluster. Not
+        acknowledged is not lost: a record purged in flight (``_PURGE_INFLIGHT``) may
+        have been written by the broker all the same (at-least-once: resending it may
+        write it twice); one purged from the queue (``_PURGE_QUEUE``) was never sent.
+        Raises ProduceError for failed deliveries as ``flush`` does."""
         if self._closed:
             return
         self._closed = True
         self._watcher.stop()
         self.heartbeat.stop()
         try:
-            self.flush(timeout)
+            waiting = self._drain(timeout)
+            if waiting:
+                raise self._given_up(waiting, timeout)
+            self.raise_failures()
         finally:
             self._producers.clear()
             self._retired = []
@@ -430,18 +477,18 @@ class StreamProducer:
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued record, those queued for a cluster the stream has left
-        included; raises ProduceError if any could not be delivered."""
-        remaining = self.drain(timeout)
-        if remaining:
-            left = [(cluster, len(p)) for cluster, p in self._retired if len(p)]
-            where = "".join(
-                f"; {n} queued for {cluster}, which the stream left (they are delivered "
-                "there once it answers)"
-                for cluster, n in left
-            )
+        included; raises ProduceError if any could not be delivered: naming how many
+        wait for which cluster when ``timeout`` passes first (they stay queued, and are
+        delivered once their cluster answers, within librdkafka's ``message.timeout.ms``:
+        flush again to wait for them), otherwise how many failed."""
+        waiting = self._drain(timeout)
+        if waiting:
+            total = sum(w.records for w in waiting)
+            where = _where(((w.cluster, w.left, w.records) for w in waiting), "queued for")
             raise ProduceError(
-                f"{remaining} records of stream {self.stream!r} still undelivered after "
-                f"{timeout:g}s{where}"
+                f"{counted(total, 'record')} of stream {self.stream!r} still undelivered "
+                f"after {timeout:g}s: {where}. They stay queued, delivered once their "
+                "cluster answers (flush again to wait for them; close gives up on them)"
             )
         self.raise_failures()
 
@@ -449,14 +496,57 @@ class StreamProducer:
         """Wait up to ``timeout`` seconds for every queued record to be acknowledged or
         reported failed; how many are still queued. Failures are kept (``flush`` raises
         them, ``take_failures`` hands them over)."""
+        return sum(w.records for w in self._drain(timeout))
+
+    def _drain(self, timeout: float) -> list[_Waiting]:
+        """``drain``, telling the records still queued apart by cluster."""
         deadline = time.monotonic() + timeout
-        remaining = 0
-        producers = [*self._producers.values(), *(p for _, p in self._retired)]
-        for producer in producers:
-            remaining += producer.flush(max(0.0, deadline - time.monotonic()))
+        producers = [
+            *((cluster, p, False) for cluster, p in list(self._producers.items())),
+            *((cluster, p, True) for cluster, p in self._retired),
+        ]
+        after = [p.flush(max(0.0, deadline - time.monotonic())) for _, p, _ in producers]
+        # Those waited for first were counted early: count them again (serving the
+        # reports that came in since, as flush(0) does).
+        after = [p.flush(0) if n else 0 for (_, p, _), n in zip(producers, after, strict=True)]
         self._serve_retired()
         self._report_deliveries()
-        return remaining
+        return [
+            _Waiting(cluster, p, left, n)
+            for (cluster, p, left), n in zip(producers, after, strict=True)
+            if n
+        ]
+
+    def _given_up(self, waiting: list[_Waiting], timeout: float) -> ProduceError:
+        """Purge the records ``close`` gives up on and serve their delivery reports (each
+        fails: ``_PURGE_QUEUE`` or ``_PURGE_INFLIGHT``); the ProduceError to raise,
+        naming per cluster how many were not acknowledged."""
+        given_up: list[tuple[str, bool, int]] = []
+        unreported = 0
+        for w in waiting:
+            failed_before = self._failed_reports
+            w.producer.purge(in_queue=True, in_flight=True, blocking=True)
+            # The purged records' reports are ready: served now, as the failures they are.
+            left = w.producer.flush(_PURGED_REPORTS_S)
+            unreported += left
+            given_up.append((w.cluster, w.left, self._failed_reports - failed_before + left))
+        self._serve_retired()
+        self._report_deliveries()
+        total = sum(n for _, _, n in given_up)
+        where = _where(given_up, "for")
+        without = (
+            f" ({counted(unreported, 'record')} still without a delivery report)"
+            if unreported
+            else ""
+        )
+        return ProduceError(
+            f"{counted(total, 'record')} of stream {self.stream!r} not acknowledged after "
+            f"{timeout:g}s: {where}. Given up on at close: purged, each reported failed (to "
+            "its on_delivery, or in take_failures) with _PURGE_QUEUE (never sent) or "
+            "_PURGE_INFLIGHT (sent, its answer not awaited: it may have been written all the "
+            "same): undelivered as far as the producer knows, not necessarily lost"
+            f"{without}"
+        )
 
     def queued(self) -> int:
         """Records sent and not done: neither acknowledged nor reported failed (a
@@ -530,6 +620,7 @@ class StreamProducer:
 
     def _count_failure(self, msg: Message) -> None:
         # No latency: the histogram comes from librdkafka's windows alone.
+        self._failed_reports += 1
         topic = msg.topic()
         METRICS.delivery_failed(self.stream, topic)  # metrics
         counts = self._counts.get(topic or "")

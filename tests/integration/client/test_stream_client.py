@@ -101,7 +101,7 @@ def test_poison_pills_go_to_dlq_with_provenance(control_plane: Any, stream_facto
     assert len(good) == total - poison
     assert consumer.stats["dlq"] == poison
     # A redelivery carries the attempts before it and the error of the one before.
-    assert deliveries[0] == [(0, None), (1, "poison 0"), (2, "poison 0")]
+    assert deliveries[0] == [(0, None), (1, "ValueError: poison 0"), (2, "ValueError: poison 0")]
 
     dlq_seen = read_dead_letters(client, stream, poison)
     assert set(dlq_seen) == set(range(0, total, poison_every))
