@@ -218,11 +218,12 @@ def serve(
     # One replica per SQLite file: held until this process ends.
     db_lock = lock_database_file(settings.db_url)
     db_file = sqlite_file(settings.db_url)
-    if db_file is not None and not db_file.exists():
-        progress(f"new control-plane database {db_file}")
+    new_db = db_file is not None and not db_file.exists()
     sock = _bind(host, port)
     try:
         service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
+        if new_db:
+            progress(f"new control-plane database {db_file}")
         try:
             if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
                 names = import_local_fleet(service, data_dir)

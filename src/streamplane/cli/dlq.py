@@ -8,7 +8,12 @@ import click
 
 from streamplane.cli.connection import connect, connection_options, json_option
 from streamplane.cli.output import progress, table
-from streamplane.client.dlq import DeadLetter, describe_unread, list_dead_letters, replay
+from streamplane.client.dlq import (
+    DeadLetter,
+    describe_unread,
+    list_dead_letters,
+    replay_dead_letters,
+)
 from streamplane.core.text import counted
 from streamplane.exceptions import KafkaError
 
@@ -82,7 +87,15 @@ def _print_table(letters: list[DeadLetter]) -> None:
 @click.option("--to-lane", default=None, help="Target lane (default: the lane each came from).")
 @connection_options
 def replay_cmd(stream: str, to_lane: str | None, url: str, token: str | None) -> None:
-    """Send every dlq record of STREAM back to a lane; resumable (group sp-dlq-replay)."""
+    """Send the dlq records of STREAM back to a lane; resumable (group sp-dlq-replay).
+
+    Replays the dead letters present when it starts: those that arrive meanwhile are
+    left for the next replay."""
     with connect(url, token) as client:
-        n = replay(client, stream, to_lane=to_lane, progress=lambda k: progress(f"{k} replayed"))
-    click.echo(f"replayed {counted(n, 'record')}")
+        result = replay_dead_letters(
+            client, stream, to_lane=to_lane, progress=lambda k: progress(f"{k} replayed")
+        )
+    line = f"replayed {counted(result.replayed, 'record')}"
+    if result.newer:
+        line += f"; {counted(result.newer, 'newer dead letter')} left for the next replay"
+    click.echo(line)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,11 +13,27 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
-from streamplane.core.routing import DLQ_LANE
+from streamplane.core.routing import DLQ_LANE, Segment, SegmentState
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, KafkaError, RecordTooLarge
+from streamplane.exceptions import ConfigError, ControlPlaneError, KafkaError, RecordTooLarge
+from streamplane.kafka.admin import KafkaAdmin
+
+log = logging.getLogger(__name__)
 
 REPLAY_GROUP = "sp-dlq-replay"
+# A replay acks, and commits, its dead letters a batch at a time, once their copies
+# are delivered: a replay killed mid-way sends at most this many again.
+_BATCH = 500
+# How long a replay waits at its start for each cluster to tell the end offsets of its
+# dlq partitions (where the run stops): one that does not tell in time has them
+# reported as unread, not replayed.
+_ENDS_TIMEOUT_S = 5.0
+# How long a replay waits to be assigned the dlq partitions it has to read (the group's
+# Assigner grants none for a moment after the control plane starts, nor a partition a
+# killed replay's member still holds until its lease runs out): those not assigned by
+# then are reported as unread (a run used to end after its idle time having replayed
+# nothing, and said so as if there were nothing to replay).
+_ASSIGN_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -39,10 +57,20 @@ class DlqListing:
     unread: list[PartitionKey]
 
 
-def describe_unread(unread: list[PartitionKey]) -> str:
-    """``unread`` partitions for a message: how many, on which clusters."""
-    clusters = sorted({k.cluster for k in unread})
-    return f"{len(unread)} dlq partitions on {', '.join(clusters)} could not be read"
+def describe_unread(unread: list[PartitionKey], shown: int = 5) -> str:
+    """``unread`` partitions for a message: how many, on which clusters, and which (the
+    first ``shown`` by name, then how many more)."""
+    keys = sorted(set(unread), key=lambda k: (k.cluster, k.topic, k.partition))
+    clusters = _and(sorted({k.cluster for k in keys}))
+    names = [f"{k.topic}[{k.partition}]" for k in keys[:shown]]
+    if len(keys) > shown:
+        names.append(f"{counted(len(keys) - shown, 'other')}")
+    return f"{len(keys)} of the dlq partitions on {clusters} could not be read: {_and(names)}"
+
+
+def _and(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) < 2 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessage], bool]) -> None:
@@ -88,6 +116,82 @@ def list_dead_letters(
     return DlqListing(out, unread)
 
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """What one replay run did: the dead letters it replayed, and how many newer ones
+    (they reached the dlq lane after it started) it left for the next run."""
+
+    replayed: int
+    newer: int
+
+
+@dataclass(frozen=True)
+class _Ends:
+    """Each dlq partition's end offset, and the partitions whose end could not be read."""
+
+    ends: dict[PartitionKey, int]
+    unknown: frozenset[PartitionKey]
+
+
+class _EndsRead:
+    """The end offsets of ``segments``' partitions, read in the background: a sealed
+    segment's from the routing, the others' from their cluster, each cluster on a thread
+    of its own, so a cluster that does not answer holds up none of the others, and
+    ``result`` waits at most ``timeout`` seconds (and so does a run that reads a dead
+    cluster's: the consumer meanwhile waits as long for where to start)."""
+
+    def __init__(self, client: ControlPlaneClient, segments: list[Segment], timeout: float) -> None:
+        self._ends: dict[PartitionKey, int] = {}
+        self._asked: dict[str, list[Segment]] = {}
+        for seg in segments:
+            sealed = seg.sealed_end_offsets
+            if seg.state is SegmentState.SEALED and all(p in sealed for p in range(seg.partitions)):
+                for p in range(seg.partitions):
+                    self._ends[PartitionKey(seg.cluster, seg.topic, p)] = sealed[p]
+            else:
+                self._asked.setdefault(seg.cluster, []).append(seg)
+        self._deadline = time.monotonic() + timeout
+        self._answers: dict[str, dict[PartitionKey, int]] = {}  # written by the threads
+        self._threads: dict[str, threading.Thread] = {}
+        for cluster, segs in self._asked.items():
+            bootstrap = client.cluster_bootstrap(cluster)
+            thread = threading.Thread(
+                target=self._ask,
+                args=(cluster, bootstrap, segs, timeout),
+                name=f"sp-dlq-ends-{cluster}",
+                daemon=True,  # one still waiting for a dead cluster ends at its timeout
+            )
+            thread.start()
+            self._threads[cluster] = thread
+
+    def _ask(self, cluster: str, bootstrap: str, segments: list[Segment], timeout: float) -> None:
+        got: dict[PartitionKey, int] = {}
+        try:
+            admin = KafkaAdmin(bootstrap)
+            for seg in segments:
+                for p, end in admin.end_offsets(seg.topic, timeout).items():
+                    got[PartitionKey(cluster, seg.topic, p)] = end
+        except Exception as exc:  # raw librdkafka errors too: its partitions are unknown
+            log.warning("cluster %s (%s): dlq end offsets not read: %s", cluster, bootstrap, exc)
+        self._answers[cluster] = got
+
+    def result(self) -> _Ends:
+        ends = dict(self._ends)
+        unknown: set[PartitionKey] = set()
+        for cluster, thread in self._threads.items():
+            thread.join(max(0.0, self._deadline - time.monotonic()))
+            got = self._answers.get(cluster, {}) if not thread.is_alive() else {}
+            for seg in self._asked[cluster]:
+                for p in range(seg.partitions):
+                    key = PartitionKey(cluster, seg.topic, p)
+                    if key in got:
+                        ends[key] = got[key]
+                    else:
+                        unknown.add(key)
+            ends.update(got)  # partitions added since the routing was read
+        return _Ends(ends, frozenset(unknown))
+
+
 def replay(
     client: ControlPlaneClient,
     stream: str,
@@ -95,19 +199,42 @@ def replay(
     idle_s: float = 2.0,
     progress: Callable[[int], None] = lambda _: None,
 ) -> int:
-    """Send every dlq record back to ``to_lane`` (default: the lane it came from).
+    """``replay_dead_letters``: the number of dead letters replayed."""
+    return replay_dead_letters(client, stream, to_lane, idle_s, progress).replayed
+
+
+def replay_dead_letters(
+    client: ControlPlaneClient,
+    stream: str,
+    to_lane: str | None = None,
+    idle_s: float = 2.0,
+    progress: Callable[[int], None] = lambda _: None,
+) -> ReplayResult:
+    """Send the dlq lane's records back to ``to_lane`` (default: the lane each came
+    from), up to the dead letters present when the run starts.
+
+    The run takes each dlq partition's end offset first, and replays only the records
+    below it: those that reach the dlq lane meanwhile (a group rejecting what this run
+    sends back, say) are left for the next run, unacked (counted in ``newer``), so a run
+    always ends. It ends once every partition was read up to its end offset, or when no
+    record below it arrives for ``idle_s`` seconds.
 
     Each dlq record is acked only after its copy is delivered, under the group
-    ``sp-dlq-replay``, so an interrupted replay resumes where it stopped and loses nothing.
+    ``sp-dlq-replay``, and the group's progress is committed after each batch of 500, so
+    an interrupted replay resumes where it stopped and loses nothing; a killed one sends
+    at most its last batch again (each copy carries ``sp-replayed-from``: the dead
+    letter it came from, for a consumer to drop repeats by).
     Raises KafkaError, once the rest is replayed and committed, if some dlq partitions
-    could not be read (their cluster is down): running it again replays those. Raises
-    RecordTooLarge, once the rest is replayed, if some dead letters cannot be: written
-    without their record (``sp-dlq-dropped``: it was over the stream's bound, and stays
-    on its origin topic until retention) or over the bound themselves. Those are left
-    unsettled in the replay group: every replay names them again.
+    could not be read (their cluster is down, or did not tell their end offset when the
+    run started): running it again replays those. Raises RecordTooLarge, once the rest
+    is replayed, if some dead letters cannot be: written without their record
+    (``sp-dlq-dropped``: it was over the stream's bound, and stays on its origin topic
+    until retention) or over the bound themselves. Those are left unsettled in the
+    replay group: every replay names them again.
     """
     if to_lane == DLQ_LANE:
         raise ConfigError("cannot replay the dlq lane into itself")
+    ends_read = _EndsRead(client, client.routing(stream).readable([DLQ_LANE]), _ENDS_TIMEOUT_S)
     replayed = 0
     with (
         StreamConsumer(stream, REPLAY_GROUP, client, lanes=[DLQ_LANE]) as consumer,
@@ -118,11 +245,34 @@ def replay(
             raise ConfigError(
                 f"stream {stream!r} has no lane {to_lane!r} (lanes: {', '.join(lanes)})"
             )
+        bounds = ends_read.result()
+        # Partitions with records below their end offset not handed out yet.
+        to_read = {k for k, end in bounds.ends.items() if end > 0}
+        held: dict[PartitionKey, int] = {}  # records handed out and not acked, by partition
         batch: list[StreamMessage] = []
         not_replayable: list[tuple[StreamMessage, str]] = []
 
-        def each(msg: StreamMessage) -> bool:
+        def send_batch() -> None:
             nonlocal replayed
+            producer.flush()
+            for m in batch:
+                m.ack()
+                held[PartitionKey(m.cluster, m.topic, m.partition)] -= 1
+            consumer.commit()  # so a killed replay sends at most this batch again
+            replayed += len(batch)
+            batch.clear()
+            progress(replayed)
+
+        def each(msg: StreamMessage) -> bool:
+            """Replay ``msg`` if it is below its partition's end offset (True), else
+            leave it for the next run (False: not progress)."""
+            key = PartitionKey(msg.cluster, msg.topic, msg.partition)
+            held[key] = held.get(key, 0) + 1
+            end = bounds.ends.get(key, 0)  # 0: a segment or partition new since the start
+            if msg.offset >= end - 1:
+                to_read.discard(key)  # (offsets go up within a partition)
+            if msg.offset >= end or key in bounds.unknown:
+                return False
             origin = read_provenance(msg.headers)
             if "dropped" in origin:
                 not_replayable.append((msg, f"its record ({origin['dropped']} bytes) was not kept"))
@@ -140,35 +290,95 @@ def replay(
                 not_replayable.append((msg, str(exc)))
                 return True
             batch.append(msg)
-            if len(batch) >= 500:
-                producer.flush()
-                for m in batch:
-                    m.ack()
-                replayed += len(batch)
-                progress(replayed)
-                batch.clear()
+            if len(batch) >= _BATCH:
+                send_batch()
             return True
 
-        _drain(consumer, idle_s, each)
-        producer.flush()
-        for m in batch:
-            m.ack()
-        replayed += len(batch)
-        progress(replayed)
-        unread = consumer.unfinished_partitions()
+        last = time.monotonic()
+        assign_by = last + _ASSIGN_WAIT_S
+        check_at = 0.0
+        unassigned = set(to_read)
+        while to_read and (
+            time.monotonic() - last < idle_s
+            or (to_read & unassigned and time.monotonic() < assign_by)
+        ):
+            if to_read & unassigned:
+                unassigned = to_read - _assigned(consumer)
+            messages = consumer.poll_batch(_BATCH, 0.2)
+            for msg in messages:
+                if each(msg):
+                    last = time.monotonic()
+            now = time.monotonic()
+            if to_read and (not messages or now >= check_at):
+                check_at = now + 0.5
+                _drop_read_through(consumer, bounds.ends, held, to_read)
+        send_batch()
+        # Partitions read up to their end offset are not unread for new records past it.
+        unfinished = consumer.unfinished_partitions()
+    unread = sorted(
+        {k for k in unfinished if k in to_read} | (to_read & unassigned) | bounds.unknown,
+        key=lambda k: (k.cluster, k.topic, k.partition),
+    )
+    newer = _newer(client, stream, bounds, {k.cluster for k in unread})
+    left = f" ({counted(newer, 'newer dead letter')} left for the next replay)" if newer else ""
     if unread:
         raise KafkaError(
-            f"replayed {counted(replayed, 'record')}, but {describe_unread(unread)} (the "
-            "cluster does not answer): replay again once it does"
+            f"replayed {counted(replayed, 'record')}{left}, but {describe_unread(unread)} "
+            "(their cluster does not answer, or another replay holds them): replay again"
         )
     if not_replayable:
         msg, why = not_replayable[0]
         origin = read_provenance(msg.headers)
         raise RecordTooLarge(
-            f"replayed {counted(replayed, 'record')}, but not "
+            f"replayed {counted(replayed, 'record')}{left}, but not "
             f"{counted(len(not_replayable), 'dead letter')}, left in the dlq lane; the "
             f"first, {msg.topic}[{msg.partition}]@{msg.offset} (from "
             f"{origin.get('topic', '?')}[{origin.get('partition', '?')}]"
             f"@{origin.get('offset', '?')} on {origin.get('cluster', '?')}): {why}"
         )
-    return replayed
+    return ReplayResult(replayed, newer)
+
+
+def _assigned(consumer: StreamConsumer) -> set[PartitionKey]:
+    return {
+        PartitionKey(s["cluster"], s["topic"], s["partition"]) for s in consumer.partition_states()
+    }
+
+
+def _drop_read_through(
+    consumer: StreamConsumer,
+    ends: dict[PartitionKey, int],
+    held: dict[PartitionKey, int],
+    to_read: set[PartitionKey],
+) -> None:
+    """Drop from ``to_read`` the partitions with nothing below their end offset left to
+    hand out: settled up to it by earlier runs, or fetched up to it with every record
+    fetched and not settled in our hands (the rest were settled by earlier runs: skipped)."""
+    for s in consumer.partition_states():
+        key = PartitionKey(s["cluster"], s["topic"], s["partition"])
+        if key not in to_read:
+            continue
+        end, low, fetched_to = ends[key], s["low_watermark"], s["next_fetch"]
+        if (low is not None and low >= end) or (
+            fetched_to is not None and fetched_to >= end and s["in_flight"] == held.get(key, 0)
+        ):
+            to_read.discard(key)
+
+
+def _newer(client: ControlPlaneClient, stream: str, bounds: _Ends, skip_clusters: set[str]) -> int:
+    """How many records reached the dlq lane past ``bounds`` (on the clusters that
+    answered then, less ``skip_clusters``); 0 if the control plane cannot say where
+    they are now (the replay is done: this only informs)."""
+    try:
+        segments = [
+            s for s in client.routing(stream).readable([DLQ_LANE]) if s.cluster not in skip_clusters
+        ]
+        now = _EndsRead(client, segments, _ENDS_TIMEOUT_S).result()
+    except ControlPlaneError as exc:
+        log.warning("%s: newer dead letters not counted: %s", stream, exc)
+        return 0
+    return sum(
+        max(0, end - bounds.ends.get(key, 0))
+        for key, end in now.ends.items()
+        if key not in bounds.unknown
+    )

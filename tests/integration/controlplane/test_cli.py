@@ -304,6 +304,73 @@ def test_dlq_list_past_the_in_flight_window_and_replay(
     assert again.strip() == "replayed 0 records"
 
 
+def test_dlq_replay_leaves_the_dead_letters_that_arrive_while_it_runs(
+    control_plane: ControlPlaneProcess,
+    fleet: FleetDescriptor,
+    stream_factory: Callable[..., str],
+) -> None:
+    """Dead letters keep arriving (one every 10 ms) while `dlq replay` runs: it replays
+    those present when it started, says how many newer ones it left, and ends. The next
+    replay (nothing arriving any more) replays exactly those. (Before, it read on until
+    the lane had been quiet for 2 s: never, while a group failed what it sent back.)"""
+    import re
+    import time
+
+    from confluent_kafka import Producer
+
+    from streamplane.client.consumer import StreamConsumer
+    from streamplane.kafka.clients import producer_config
+    from tests.waiting import wait_for
+
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1)
+    with control_plane.client() as client:
+        dlq_topic = client.routing(stream).active("dlq").topic
+        # (a control plane just started hands a new member nothing for ~2.5 s)
+        with StreamConsumer(stream, f"probe-{uuid.uuid4().hex[:8]}", client, lanes=["dlq"]) as c:
+            wait_for(
+                "the Assigner to hand partitions out", lambda: c.poll(0.1) or c.assignment(), 30
+            )
+    producer = Producer(producer_config(fleet.bootstrap("local-a")))
+    written = 0
+
+    def write(n: int) -> None:
+        nonlocal written
+        for _ in range(n):
+            producer.produce(dlq_topic, b"%d" % written, headers=[("sp-dlq-lane", b"realtime")])
+            written += 1
+        assert producer.flush(30) == 0
+
+    write(1000)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
+    env |= {"STREAMPLANE_URL": control_plane.url, "STREAMPLANE_API_TOKEN": control_plane.token}
+    proc = subprocess.Popen(
+        [*CLI, "dlq", "replay", stream],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        write(1)
+        time.sleep(0.01)
+    finished = proc.poll() is not None
+    if not finished:
+        proc.kill()
+    out, err = proc.communicate(timeout=60)
+    assert finished, f"`dlq replay` still running after 60 s, {written} dead letters written"
+    assert proc.returncode == 0, err
+    m = re.fullmatch(
+        r"replayed (\d+) records; (\d+) newer dead letters? left for the next replay", out.strip()
+    )
+    assert m is not None, out
+    first, newer = int(m[1]), int(m[2])
+    assert first >= 1000
+    assert 1 <= newer <= written - first
+    rest = ok(run_cli(control_plane, "dlq", "replay", stream))
+    assert rest.strip() == f"replayed {written - first} records"
+
+
 def test_lag_of_an_unknown_stream_says_so(control_plane: ControlPlaneProcess) -> None:
     line = one_error_line(run_cli(control_plane, "lag", "--stream", "no-such-stream"))
     assert "unknown stream 'no-such-stream'" in line
