@@ -49,6 +49,9 @@ class ControlPlaneProcess:
         extra_args: Sequence[str] = (),
         restart_on_exit: bool = False,
     ) -> None:
+        # Absolute: the process runs in it, and a relative database path would be read
+        # from there (it made a nested copy of the directory tree, silently).
+        state_dir = state_dir.resolve()
         state_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir = state_dir
         self.port = port or free_port()
