@@ -45,11 +45,15 @@ class Reports:
 
 @contextlib.contextmanager
 def sending_while_local_b_dies(
-    local_fleet: LocalFleet, producer: StreamProducer, reports: Reports
-) -> Iterator[None]:
-    """Send BEFORE_KILL records, kill local-b's only broker, send AFTER_KILL more (each
-    with its callback); the broker is started again on the way out (the session's fleet
-    serves other tests)."""
+    local_fleet: LocalFleet, control_plane: Any, stream_factory: Callable[..., str]
+) -> Iterator[tuple[str, StreamProducer, Reports]]:
+    """A stream on local-b and a producer of it (a report per record): send BEFORE_KILL
+    records, kill local-b's only broker, send AFTER_KILL more (each with its callback);
+    the broker is started again on the way out (the session's fleet serves other
+    tests)."""
+    stream = stream_factory("local-b", partitions=3)
+    producer = StreamProducer(stream, control_plane.client(), delivery_reports="all").open()
+    reports = Reports()
     producer.send(b"warm-up", on_delivery=reports.callback(-1))
     producer.flush(30)  # connected, the topic's partitions known
     assert reports.codes == {-1: None}
@@ -60,7 +64,7 @@ def sending_while_local_b_dies(
     try:
         for n in range(BEFORE_KILL, TOTAL):
             producer.send(b"%d" % n, key=b"%d" % (n % 7), on_delivery=reports.callback(n))
-        yield
+        yield stream, producer, reports
     finally:
         with contextlib.suppress(ProduceError):
             producer.close(0.5)  # no-op when the test closed it
@@ -71,10 +75,8 @@ def sending_while_local_b_dies(
 def test_flush_names_the_cluster_and_keeps_the_records_queued(
     local_fleet: LocalFleet, control_plane: Any, stream_factory: Callable[..., str]
 ) -> None:
-    stream = stream_factory("local-b", partitions=3)
-    producer = StreamProducer(stream, control_plane.client(), delivery_reports="all").open()
-    reports = Reports()
-    with sending_while_local_b_dies(local_fleet, producer, reports):
+    dying = sending_while_local_b_dies(local_fleet, control_plane, stream_factory)
+    with dying as (stream, producer, reports):
         with pytest.raises(ProduceError) as flushed:
             producer.flush(1.0)
         waiting = TOTAL + 1 - len(reports.codes)  # no report: still queued
@@ -93,10 +95,8 @@ def test_flush_names_the_cluster_and_keeps_the_records_queued(
 def test_close_reports_every_record_and_names_the_cluster(
     local_fleet: LocalFleet, control_plane: Any, stream_factory: Callable[..., str]
 ) -> None:
-    stream = stream_factory("local-b", partitions=3)
-    producer = StreamProducer(stream, control_plane.client(), delivery_reports="all").open()
-    reports = Reports()
-    with sending_while_local_b_dies(local_fleet, producer, reports):
+    dying = sending_while_local_b_dies(local_fleet, control_plane, stream_factory)
+    with dying as (stream, producer, reports):
         producer.poll(0)
         acked = len(reports.codes) - 1
         with pytest.raises(ProduceError) as closed:
