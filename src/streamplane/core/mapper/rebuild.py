@@ -139,24 +139,28 @@ def rebuild(pmap: PartitionMap, brokers: BrokerMap, params: RebuildParams | None
     dead = set(brokers.in_state(BrokerState.DEAD)) | set(unknown)
     stranded = [p for p, q in zip(parts, after, strict=True) if set(p.replicas) <= dead and q != p]
     if stranded:
-        names = ", ".join(f"{p.topic}-{p.partition}" for p in stranded[:_MAX_LISTED])
         warnings.append(
-            f"{len(stranded)} partition(s) have every replica on a dead broker ({names}): "
+            f"{len(stranded)} partition(s) have every replica on a dead broker "
+            f"({_listed(stranded)}): "
             "no replica is left to copy from, so their moves wait until a dead broker "
             "comes back (with unclean leader election, the new replicas start empty: "
             "their records are lost)"
         )
     broken = [p for p in after if not policy.satisfied(p.replicas)]
     if broken:
-        names = ", ".join(f"{p.topic}-{p.partition}" for p in broken[:_MAX_LISTED])
         warnings.append(
-            f"{len(broken)} partition(s) keep replicas that share a rack ({names}); "
+            f"{len(broken)} partition(s) keep replicas that share a rack ({_listed(broken)}); "
             "minimal movement leaves replicas on healthy brokers where they are — "
             "use force to re-place them"
         )
     if after == pmap and not params.force and params.replication_factor is None:
         warnings.append("nothing to rebuild: no replica is on a retiring, dead or unknown broker")
     return Plan("rebuild", pmap, after, brokers, tuple(warnings))
+
+
+def _listed(parts: Sequence[Partition]) -> str:
+    """The first partitions of ``parts`` by name, for a warning."""
+    return ", ".join(f"{p.topic}-{p.partition}" for p in parts[:_MAX_LISTED])
 
 
 def _resize(slots: list[int | None], rf: int) -> list[int | None]:
