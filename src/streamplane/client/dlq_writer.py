@@ -91,8 +91,8 @@ class DlqWriter(Generic[R]):
         """Drop waiting dead letters whose record is ``unwanted`` (written ones are out)."""
         self._waiting = [letter for letter in self._waiting if not unwanted(letter[0])]
         self._refused = [record for record in self._refused if not unwanted(record)]
-        kept = {id(letter[0]) for letter in self._waiting + self._in_flight}
-        self._whole_too_large &= kept
+        if self._whole_too_large:
+            self._whole_too_large &= {id(letter[0]) for letter in self._waiting + self._in_flight}
 
     def advance(self, now: float, *, send_now: bool = False) -> tuple[list[R], list[R]]:
         """Records whose dead letter is in, as (written, failed), once the batch in

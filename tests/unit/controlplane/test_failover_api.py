@@ -514,36 +514,47 @@ def test_retire_when_every_reading_group_settled(
     assert states(service)[old] == "retired"
 
 
+def seal_then_retire(runtime: FailoverRuntime) -> None:
+    """A sealing round, then one with its retire check due."""
+    runtime.seal_and_retire_once()
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+
+
+E1, E2 = "sp.orders.realtime.e1", "sp.orders.realtime.e2"
+
+
+def e1_retired_then_failed_back(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    """e1 (local-a) read to its end by g-away and g-live and retired after the failover
+    to local-b (e2); then the failover back (e3), with only g-live's commits on e2."""
+    create_stream(fhttp, partitions=1)
+    failover(fhttp, lanes=["realtime"])  # e1 -> e2 (local-b)
+    io.ends[E1] = {0: 10}
+    io.commits = {"g-away": {E1: {0: 10}}, "g-live": {E1: {0: 10}}}
+    seal_then_retire(runtime)
+    assert states(service)[E1] == "retired"
+    failover(fhttp, cluster="local-a", lanes=["realtime"])  # e2 -> e3
+    io.ends[E2] = {0: 7}
+    io.commits = {"g-live": {E2: {0: 7}}}  # g-away's commits went with e1's topic
+
+
 def test_a_group_offline_across_two_failovers_still_holds_the_segment_it_never_read(
     fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
 ) -> None:
-    """g-offline read e1 to its end and stopped; e1 was retired. After the next failover
+    """g-away read e1 to its end and stopped; e1 was retired. After the next failover
     its commits are on no readable segment: e2 was retired once g-live settled it, and
-    g-offline never saw e2's records (found by an exploratory run: 1,000 of 1,000 lost).
+    g-away never saw e2's records (found by an exploratory run: 1,000 of 1,000 lost).
     It holds e2 now, until it settles it or has been silent for the retention."""
-    create_stream(fhttp, partitions=1)
-    failover(fhttp, lanes=["realtime"])  # e1 -> e2 (local-b)
-    e1, e2 = "sp.orders.realtime.e1", "sp.orders.realtime.e2"
-    io.ends[e1] = {0: 10}
-    io.commits = {"g-offline": {e1: {0: 10}}, "g-live": {e1: {0: 10}}}
-    runtime.seal_and_retire_once()
-    runtime._last_retire_check.clear()
-    runtime.seal_and_retire_once()
-    assert states(service)[e1] == "retired"
+    e1_retired_then_failed_back(fhttp, service, runtime, io)
+    seal_then_retire(runtime)
+    assert states(service)[E2] == "sealed"  # g-away has not read it
 
-    fhttp.post("/v1/streams/orders/failover", json={"cluster": "local-a", "lanes": ["realtime"]},
-               headers=AUTH)  # fmt: skip  # e2 -> e3
-    io.ends[e2] = {0: 7}
-    io.commits = {"g-live": {e2: {0: 7}}}  # g-offline's commits went with e1's topic
-    runtime.seal_and_retire_once()
+    io.commits["g-away"] = {E2: {0: 7}}  # back, and read it
     runtime._last_retire_check.clear()
     runtime.seal_and_retire_once()
-    assert states(service)[e2] == "sealed"  # g-offline has not read it
-
-    io.commits["g-offline"] = {e2: {0: 7}}  # back, and read it
-    runtime._last_retire_check.clear()
-    runtime.seal_and_retire_once()
-    assert states(service)[e2] == "retired"
+    assert states(service)[E2] == "retired"
 
 
 def test_a_group_silent_past_the_reader_retention_no_longer_holds_segments(
@@ -556,25 +567,11 @@ def test_a_group_silent_past_the_reader_retention_no_longer_holds_segments(
         io_factory=io.for_bootstrap,
         clock=clock,
     )
-    create_stream(fhttp, partitions=1)
-    failover(fhttp, lanes=["realtime"])
-    e1, e2 = "sp.orders.realtime.e1", "sp.orders.realtime.e2"
-    io.ends[e1] = {0: 10}
-    io.commits = {"g-gone": {e1: {0: 10}}, "g-live": {e1: {0: 10}}}
-    runtime.seal_and_retire_once()
-    runtime._last_retire_check.clear()
-    runtime.seal_and_retire_once()
-    assert states(service)[e1] == "retired"
-    fhttp.post("/v1/streams/orders/failover", json={"cluster": "local-a", "lanes": ["realtime"]},
-               headers=AUTH)  # fmt: skip
-    io.ends[e2] = {0: 7}
-    io.commits = {"g-live": {e2: {0: 7}}}
+    e1_retired_then_failed_back(fhttp, service, runtime, io)
     later = datetime.now(UTC) + timedelta(seconds=61)
     with mock.patch("streamplane.controlplane.failover_store.utcnow", return_value=later):
-        runtime.seal_and_retire_once()
-        runtime._last_retire_check.clear()
-        runtime.seal_and_retire_once()
-    assert states(service)[e2] == "retired"
+        seal_then_retire(runtime)
+    assert states(service)[E2] == "retired"
 
 
 def test_follower_does_nothing(
