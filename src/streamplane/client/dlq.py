@@ -192,17 +192,6 @@ class _EndsRead:
         return _Ends(ends, frozenset(unknown))
 
 
-def replay(
-    client: ControlPlaneClient,
-    stream: str,
-    to_lane: str | None = None,
-    idle_s: float = 2.0,
-    progress: Callable[[int], None] = lambda _: None,
-) -> int:
-    """``replay_dead_letters``: the number of dead letters replayed."""
-    return replay_dead_letters(client, stream, to_lane, idle_s, progress).replayed
-
-
 def replay_dead_letters(
     client: ControlPlaneClient,
     stream: str,

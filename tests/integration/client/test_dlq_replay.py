@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.dlq import REPLAY_GROUP, replay
+from streamplane.client.dlq import REPLAY_GROUP, replay_dead_letters
 from streamplane.kafka.clients import consumer_config, producer_config
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
@@ -132,7 +132,7 @@ def test_replay_ends_while_a_group_rejects_what_it_replays(
 
     def run_replay() -> None:
         try:
-            outcome["replayed"] = replay(client, stream)
+            outcome["replayed"] = replay_dead_letters(client, stream).replayed
         except BaseException as exc:
             outcome["error"] = exc
 
@@ -161,7 +161,7 @@ def test_replay_ends_while_a_group_rejects_what_it_replays(
     finally:
         committed.close()
     assert end_offset(bootstrap, dlq_topic) == 2000  # each copy, rejected once
-    assert replay(client, stream) == 1000
+    assert replay_dead_letters(client, stream).replayed == 1000
     assert sorted(replayed_from(bootstrap, lane_topic)) == sorted(
         [*range(1000), *range(1000, 2000)]
     )
@@ -217,9 +217,9 @@ def test_replay_commits_each_batch(
 
     try:
         with pytest.raises(Interrupted):
-            replay(client, stream, progress=interrupted)
+            replay_dead_letters(client, stream, progress=interrupted)
         assert seen == [(500, 500), (1000, 1000)]
-        assert replay(client, stream) == 200
+        assert replay_dead_letters(client, stream).replayed == 200
         assert committed() == 1200
     finally:
         committed.close()
@@ -233,7 +233,7 @@ class Interrupted(Exception):
 KILLED_REPLAY = """
 import os, signal, sys
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.dlq import replay
+from streamplane.client.dlq import replay_dead_letters
 
 url, token, stream = sys.argv[1:4]
 
@@ -242,7 +242,7 @@ def progress(k):
     if k >= 1000:
         os.kill(os.getpid(), signal.SIGKILL)
 
-replay(ControlPlaneClient(url, token=token), stream, progress=progress)
+replay_dead_letters(ControlPlaneClient(url, token=token), stream, progress=progress)
 """
 
 
@@ -271,5 +271,5 @@ def test_a_killed_replay_sends_at_most_its_last_batch_again(
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert proc.stdout.split() == ["500", "1000"]
     time.sleep(3.0)  # the killed member's lease (1.5 s) runs out: its units move on
-    assert replay(client, stream) == 200
+    assert replay_dead_letters(client, stream).replayed == 200
     assert sorted(replayed_from(bootstrap, lane_topic)) == list(range(1200))

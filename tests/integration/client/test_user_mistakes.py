@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streamplane.client.consumer import StreamConsumer
-from streamplane.client.dlq import list_dead_letters, replay
+from streamplane.client.dlq import list_dead_letters, replay_dead_letters
 from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import NotFound, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
@@ -73,9 +73,9 @@ def test_a_foreign_record_over_the_bound_is_dead_lettered_with_its_provenance_al
     with pytest.raises(
         RecordTooLarge, match=r"replayed 2 records, but not 1 dead letter.*@1 on local-a"
     ):
-        replay(client, stream)
+        replay_dead_letters(client, stream)
     with pytest.raises(RecordTooLarge, match="replayed 0 records, but not 1 dead letter"):
-        replay(client, stream)  # named again, the others not replayed twice
+        replay_dead_letters(client, stream)  # named again, the others not replayed twice
 
 
 def test_a_deleted_stream_refuses_sends(

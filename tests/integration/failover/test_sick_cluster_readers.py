@@ -24,7 +24,7 @@ import pytest
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.dlq import list_dead_letters, replay
+from streamplane.client.dlq import list_dead_letters, replay_dead_letters
 from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import KafkaError
 from streamplane.local.control_plane_process import ControlPlaneProcess
@@ -201,8 +201,8 @@ def test_dlq_list_and_replay_say_what_they_could_not_read(
         assert listing.letters == []
         assert {k.cluster for k in listing.unread} == {"local-a"}
         with pytest.raises(KafkaError, match="dlq partitions on local-a could not be read"):
-            replay(fo_client, stream)
+            replay_dead_letters(fo_client, stream)
     finally:
         fo_fleet.start_broker("local-a", broker.node_id)
         wait_for("both clusters healthy again", lambda: all_healthy(fo_client), 60, every=0.2)
-    assert replay(fo_client, stream) == 20
+    assert replay_dead_letters(fo_client, stream).replayed == 20

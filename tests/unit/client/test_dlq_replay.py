@@ -1,6 +1,6 @@
-"""``dlq.replay`` over a fake consumer, producer and cluster: where a run stops, when it
-commits, and how it names what it could not read (the real fleet's tests:
-tests/integration/client/test_dlq_replay.py)."""
+"""``dlq.replay_dead_letters`` over a fake consumer, producer and cluster: where a run
+stops, when it commits, and how it names what it could not read (the real fleet's
+tests: tests/integration/client/test_dlq_replay.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 
 import streamplane.client.dlq as dlq
-from streamplane.client.dlq import describe_unread, replay
+from streamplane.client.dlq import describe_unread, replay_dead_letters
 from streamplane.client.partition_state import PartitionKey
 from streamplane.core.routing import DLQ_LANE, RoutingTable, Segment, SegmentState
 from streamplane.exceptions import KafkaError
@@ -194,7 +194,7 @@ def test_a_run_replays_the_letters_present_at_its_start(fake: Any) -> None:
     committed offset stays at the first of them) and says so. (Before, it never ended.)"""
     log = DlqPartition(1000, echo=True)
     client, producer = fake(log)
-    assert replay(client, STREAM, idle_s=0.5) == 1000
+    assert replay_dead_letters(client, STREAM, idle_s=0.5).replayed == 1000
     assert producer.delivered == [b"%d" % i for i in range(1000)]
     assert log.committed[-1] == 1000
     assert max(log.acked) == 999
@@ -211,7 +211,7 @@ def test_each_batch_is_committed_once_its_copies_are_delivered(fake: Any) -> Non
     def told(k: int) -> None:
         progress.append((k, log.committed[-1] if log.committed else -1))
 
-    assert replay(client, STREAM, idle_s=0.5, progress=told) == 1200
+    assert replay_dead_letters(client, STREAM, idle_s=0.5, progress=told).replayed == 1200
     assert progress == [(500, 500), (1000, 1000), (1200, 1200)]
 
 
@@ -226,7 +226,7 @@ def test_a_cluster_that_does_not_tell_its_ends_is_not_replayed_but_named(fake: A
         match=rf"replayed 0 records, but 1 of the dlq partitions on a could not be read: "
         rf"{DLQ_TOPIC}\[0\]",
     ):
-        replay(client, STREAM, idle_s=0.3)
+        replay_dead_letters(client, STREAM, idle_s=0.3)
     assert producer.delivered == []
     assert log.acked == set()
 
