@@ -15,7 +15,7 @@ and waits on the ``WatchHub`` without holding a thread.
 import asyncio
 import hmac
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
@@ -268,8 +268,15 @@ def create_app(
 
     assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
     app.state.assigner = assigner
+
+    def saw_reader(stream: str, group: str, lanes: Sequence[str]) -> None:
+        try:
+            failover_rt.store.saw_reader(stream, group, lanes)
+        except sa.exc.SQLAlchemyError as exc:  # the heartbeat is answered anyway
+            log.warning("could not record group %s reading %s: %s", group, stream, exc)
+
     app.include_router(
-        groups_router(assigner, require_token, _errors, lambda: failover_rt.is_leader)
+        groups_router(assigner, require_token, _errors, lambda: failover_rt.is_leader, saw_reader)
     )
     # A follower forwards the Assigner's routes to the leader (groups_router's 503 is for
     # a request that reaches a follower anyway: forwarded once already).

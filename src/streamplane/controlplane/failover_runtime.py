@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -415,7 +415,7 @@ class FailoverRuntime:
 
     def seal_and_retire_once(self, now: float | None = None) -> None:
         """One round of the sealer (also called directly by tests)."""
-        mono = time.monotonic() if now is None else now
+        mono = self._clock() if now is None else now
         for stream in self.store.streams_with(SegmentState.DRAINING, SegmentState.SEALED):
             try:
                 self._seal_and_retire_stream(stream, mono)
@@ -509,13 +509,9 @@ class FailoverRuntime:
             # A cluster we cannot read may hide a group: retire nothing this round.
             self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s", stream, exc)
             return
-        # A group offline since its last commits, on segments retired since, commits
-        # on no readable segment: the groups that settled a retired segment are kept
-        # as drained reports (below), so that it still holds the later ones.
-        readers = set(committed) | self.store.reporting_groups(
-            stream, self.settings.reader_retention
-        )
+        lanes_read = self._lanes_read(stream, table, committed)
         for seg in sealed:
+            readers = {group for group, lanes in lanes_read.items() if seg.lane in lanes}
             reported = self.store.drained_groups(stream, seg.cluster, seg.topic)
             try:
                 cluster = self.service.store.get_cluster(seg.cluster)
@@ -536,6 +532,31 @@ class FailoverRuntime:
                     stream, seg.cluster, seg.topic, SegmentState.RETIRED, None, actor="sealer"
                 )
                 log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
+
+    def _lanes_read(
+        self, stream: str, table: RoutingTable, committed: Mapping[str, Mapping[str, object]]
+    ) -> dict[str, set[str]]:
+        """The groups that read ``stream``, each with the lanes it reads: the lanes of the
+        segments it committed on (``committed``: group -> topic -> offsets) or reported
+        drained, and those its members told the Assigner. A group holds only its lanes'
+        segments: a group reading one lane held every other lane's (and the dlq's, which
+        a failover of a down cluster moves too) forever.
+
+        A group offline since its last commits, on segments retired since, commits on
+        no readable segment: the groups that settled a retired segment are recorded as
+        having drained it (``_maybe_retire``), and a group's lanes are kept, so that it
+        still holds the later segments, until it has been silent for the reader
+        retention. A group that has not committed yet is known by its members'
+        heartbeats."""
+        retention = self.settings.reader_retention
+        lane_of = {seg.topic: seg.lane for seg in table.segments}
+        lanes: dict[str, set[str]] = {}
+        for source in (committed, self.store.drained_topics(stream, retention)):
+            for group, topics in source.items():
+                lanes.setdefault(group, set()).update(lane_of[t] for t in topics if t in lane_of)
+        for group, told in self.store.reader_lanes(stream, retention).items():
+            lanes.setdefault(group, set()).update(told)
+        return lanes
 
     def _is_down(self, cluster: str) -> bool:
         """Whether this replica's probes last found ``cluster`` down (never, with health

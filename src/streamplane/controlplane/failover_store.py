@@ -9,7 +9,8 @@ and a concurrent insert of the same key means someone else just wrote it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +40,17 @@ segment_drains = sa.Table(
     sa.Column("topic", sa.String(249), primary_key=True),
     sa.Column("group_name", sa.String(255), primary_key=True),
     sa.Column("reported_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# The groups whose members heartbeated to the Assigner, with the lanes they read: a
+# group that has not committed yet, or is offline, still reads those lanes.
+stream_readers = sa.Table(
+    "stream_readers",
+    _md,
+    sa.Column("stream", sa.String(63), primary_key=True),
+    sa.Column("group_name", sa.String(255), primary_key=True),
+    sa.Column("lanes", sa.String(1000), nullable=False),  # comma-separated
+    sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
 )
 
 cluster_health = sa.Table(
@@ -90,8 +102,12 @@ def _put(
 class FailoverStore:
     """Reads and writes of the failover state, over the control plane's engine."""
 
+    # A group's lanes are written again at most this often (members heartbeat ~1/s).
+    READER_REFRESH_S = 60.0
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._readers_written: dict[tuple[str, str], tuple[str, float]] = {}
 
     def _write(self, table: sa.Table, key: Mapping[str, Any], values: Mapping[str, Any]) -> None:
         for attempt in range(2):
@@ -150,15 +166,49 @@ class FailoverStore:
             )
             return {r.group_name for r in rows}
 
-    def reporting_groups(self, stream: str, within_s: float | None = None) -> set[str]:
-        """Groups that reported any segment of ``stream`` drained (the last ``within_s``
-        seconds)."""
-        where = [segment_drains.c.stream == stream]
-        if within_s is not None:
-            where.append(segment_drains.c.reported_at >= utcnow() - timedelta(seconds=within_s))
+    def drained_topics(self, stream: str, within_s: float) -> dict[str, set[str]]:
+        """Group -> the topics of ``stream`` it reported drained in the last ``within_s``
+        seconds (or was recorded as having drained when they were retired)."""
+        since = utcnow() - timedelta(seconds=within_s)
         with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(segment_drains.c.group_name).where(*where).distinct())
-            return {r.group_name for r in rows}
+            rows = conn.execute(
+                sa.select(segment_drains.c.group_name, segment_drains.c.topic).where(
+                    segment_drains.c.stream == stream, segment_drains.c.reported_at >= since
+                )
+            )
+            out: dict[str, set[str]] = {}
+            for r in rows:
+                out.setdefault(r.group_name, set()).add(r.topic)
+            return out
+
+    # ------------------------------------------------------------------ readers
+    def saw_reader(self, stream: str, group: str, lanes: Sequence[str]) -> None:
+        """A member of ``group`` heartbeated, reading ``lanes`` of ``stream``. Written
+        when new, when its lanes change, and otherwise at most every
+        ``READER_REFRESH_S``."""
+        now = time.monotonic()
+        key, joined = (stream, group), ",".join(sorted(lanes))
+        last = self._readers_written.get(key)
+        if last is not None and last[0] == joined and now - last[1] < self.READER_REFRESH_S:
+            return
+        self._write(
+            stream_readers,
+            {"stream": stream, "group_name": group},
+            {"lanes": joined, "last_seen": utcnow()},
+        )
+        self._readers_written[key] = (joined, now)
+
+    def reader_lanes(self, stream: str, within_s: float) -> dict[str, set[str]]:
+        """Group -> the lanes of ``stream`` it read, for groups seen in the last
+        ``within_s`` seconds."""
+        since = utcnow() - timedelta(seconds=within_s)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(stream_readers.c.group_name, stream_readers.c.lanes).where(
+                    stream_readers.c.stream == stream, stream_readers.c.last_seen >= since
+                )
+            )
+            return {r.group_name: set(r.lanes.split(",")) for r in rows}
 
     # ------------------------------------------------------------------ segments
     def streams_with(self, *states: SegmentState) -> list[str]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamplane.controlplane.assigner import AssignerService
+from streamplane.controlplane.schemas import LaneName, StreamName
 from streamplane.core.assignment import MemberLoad, UnitLoad, WorkUnit
 
 
@@ -36,8 +37,8 @@ class HeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     member_id: str = Field(min_length=1, max_length=200)
-    stream: str = Field(min_length=1, max_length=63)
-    lanes: list[str] = Field(min_length=1, max_length=32)
+    stream: StreamName
+    lanes: list[LaneName] = Field(min_length=1, max_length=32)
     cpu: float = Field(default=0.0, ge=0, le=1)
     records_per_s: float = Field(default=0.0, ge=0, le=1e12)
     units: list[UnitLoadIn] = Field(default_factory=list, max_length=100_000)
@@ -57,10 +58,12 @@ def groups_router(
     require_token: Callable[..., Any],
     errors: Callable[..., dict[int | str, dict[str, Any]]],
     is_leader: Callable[[], bool],
+    saw_reader: Callable[[str, str, Sequence[str]], None],
 ) -> APIRouter:
     """The router; ``require_token`` is the app's token check, ``errors`` documents errors,
     ``is_leader`` tells whether this replica leads (only the leader's Assigner answers;
-    followers forward, ``leader_proxy``)."""
+    followers forward, ``leader_proxy``), ``saw_reader(stream, group, lanes)`` is told
+    of each answered heartbeat (the sealer keeps segments for the groups reading them)."""
     router = APIRouter(tags=["groups"])
 
     def leader_only() -> None:
@@ -99,6 +102,7 @@ def groups_router(
             released=[u.unit() for u in body.released],
             claims=[u.unit() for u in body.claims],
         )
+        saw_reader(body.stream, group, body.lanes)
         return HeartbeatOut(
             work_units=[UnitRef.of(u) for u in sorted(answer.work_units, key=_key)],
             release=[UnitRef.of(u) for u in sorted(answer.release, key=_key)],

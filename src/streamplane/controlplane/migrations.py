@@ -175,6 +175,19 @@ def _v6_leader(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v7_stream_readers(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "stream_readers",
+        md,
+        sa.Column("stream", sa.String(63), primary_key=True),
+        sa.Column("group_name", sa.String(255), primary_key=True),
+        sa.Column("lanes", sa.String(1000), nullable=False),
+        sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+    )
+    md.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
@@ -182,6 +195,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "broker and topic tags", _v4_broker_and_topic_tags),
     Migration(5, "last epoch of deleted streams", _v5_deleted_stream_epochs),
     Migration(6, "the leader's advertised URL", _v6_leader),
+    Migration(7, "the lanes each group reads", _v7_stream_readers),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

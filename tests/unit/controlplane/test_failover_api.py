@@ -644,3 +644,54 @@ def test_followers_read_the_leaders_published_url(runtime: FailoverRuntime, cloc
     later = datetime.now(UTC) + timedelta(seconds=LEADER_STALE_S + 1)
     with mock.patch("streamplane.controlplane.failover_runtime.utcnow", return_value=later):
         assert runtime.leader_url() is None  # not republished for 30 s: stale
+
+
+def test_a_group_holds_only_the_segments_of_the_lanes_it_reads(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    """g-rt reads the realtime lane only, g-all both lanes; after a failover of both
+    lanes and the dlq (as a down cluster's is), g-all settled e1 of realtime and bulk and
+    g-rt e1 of realtime. Both lanes' e1 are retired: g-rt does not read bulk (before, it
+    held bulk's e1 forever, and every group held the dlq's). The dlq's e1, with dead
+    letters that no group reads, stays sealed until a group reads the dlq lane to its
+    end (the replay group does), or an operator retires it."""
+    create_stream(fhttp, partitions=1, lanes=["realtime", "bulk"])
+    failover(fhttp, lanes=["realtime", "bulk", "dlq"])
+    rt1, bulk1, dlq1 = "sp.orders.realtime.e1", "sp.orders.bulk.e1", "sp.orders.dlq.e1"
+    io.ends.update({rt1: {0: 10}, bulk1: {0: 4}, dlq1: {0: 3}})
+    io.commits = {"g-rt": {rt1: {0: 10}}, "g-all": {rt1: {0: 10}, bulk1: {0: 4}}}
+    seal_then_retire(runtime)
+    assert (states(service)[rt1], states(service)[bulk1]) == ("retired", "retired")
+    assert states(service)[dlq1] == "sealed"
+
+    io.commits["sp-dlq-replay"] = {dlq1: {0: 3}}
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[dlq1] == "retired"
+
+
+def test_a_group_that_has_not_committed_yet_holds_the_segments_of_its_lanes(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    """g-new's member joined after the failover (it heartbeats to the Assigner) and has
+    committed nothing yet: it reads e1 first, so e1 is not retired when g-old has settled
+    it (before, only groups with commits counted, and g-new's reading of e1 found it
+    retired). g-bulk reads another lane and holds nothing here."""
+    create_stream(fhttp, partitions=1, lanes=["realtime", "bulk"])
+    failover(fhttp, lanes=["realtime"])
+    io.ends[E1] = {0: 10}
+    io.commits = {"g-old": {E1: {0: 10}}}
+    for group, lanes in (("g-new", ["realtime"]), ("g-bulk", ["bulk"])):
+        resp = fhttp.post(
+            f"/v1/groups/{group}/heartbeat",
+            json={"member_id": f"{group}-1", "stream": "orders", "lanes": lanes},
+            headers=AUTH,
+        )
+        assert resp.status_code == 200, resp.text
+    seal_then_retire(runtime)
+    assert states(service)[E1] == "sealed"
+
+    io.commits["g-new"] = {E1: {0: 10}}
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[E1] == "retired"
