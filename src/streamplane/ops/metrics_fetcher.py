@@ -39,6 +39,7 @@ from streamplane.core.mapper.models import (
     PartitionMap,
     TopicPartition,
 )
+from streamplane.core.text import human_bytes
 from streamplane.exceptions import ConfigError, KafkaError
 from streamplane.ops.kafka_ops import OpsAdmin, PartitionState
 
@@ -98,6 +99,8 @@ class LogDirsSource:
         total: dict[int, int] = {}
         warnings: list[str] = []
         unreported: list[int] = []
+        held_by: dict[int, int] = {}
+        over: list[str] = []  # brokers holding more than the capacity given
         for bid, dirs in sorted(answers.items()):
             if isinstance(dirs, KafkaError):
                 warnings.append(f"broker {bid}: log dirs not readable ({dirs})")
@@ -117,10 +120,13 @@ class LogDirsSource:
                 else:
                     usable_sum += d.usable_bytes
                     total_sum += d.total_bytes
+            held_by[bid] = held
             cap = self.capacity.get(bid) if isinstance(self.capacity, Mapping) else self.capacity
             if cap is not None:
                 total[bid] = cap
                 free[bid] = max(cap - held, 0)
+                if held > cap:
+                    over.append(f"{bid} ({human_bytes(held)})")
             elif reported:
                 total[bid] = total_sum
                 free[bid] = min(usable_sum, total_sum)
@@ -131,14 +137,44 @@ class LogDirsSource:
                 f"broker(s) {unreported} do not report free storage (DescribeLogDirs < v4): "
                 "give a capacity"
             )
-        if self.capacity is None and len(total) > 1:
-            pairs = {(total[b], free[b]) for b in total}
-            if len(pairs) == 1:
-                warnings.append(
-                    "every broker reports the same total and free storage: they probably "
-                    "share one filesystem; give a capacity to plan by the bytes each holds"
-                )
+        if over:
+            warnings.append(
+                f"broker(s) {', '.join(over)} hold more than the capacity given: counted as "
+                "full (no free storage)"
+            )
+        if self.capacity is None and shares_one_filesystem(total, free, held_by):
+            warnings.append(
+                "every broker reports the same total and about the same free storage, "
+                "whatever it holds: they probably share one filesystem; give a capacity "
+                "to plan by the bytes each holds"
+            )
         return StorageReading(sizes, free, total, tuple(warnings))
+
+
+# Below this difference between what brokers hold, their free storage tells nothing.
+_MIN_HELD_SPREAD = 1 << 20
+
+
+def shares_one_filesystem(
+    total: Mapping[int, int], free: Mapping[int, int], held: Mapping[int, int]
+) -> bool:
+    """Do brokers reporting these figures (per broker: total and free storage, bytes
+    held) look like one filesystem? On disks of their own of one size, a broker holding
+    more has that much less free: free plus held is about the same for each. On one
+    filesystem, free is the same for each whatever it holds. So: equal totals, and free
+    storage spread over less than a quarter of how much free plus held is. (Before, only
+    byte-for-byte equal figures were flagged, and the local fleet, written to between
+    the brokers' answers, often was not.)"""
+    ids = [b for b in free if b in total]
+    if len(ids) < 2 or len({total[b] for b in ids}) != 1:
+        return False
+
+    def spread(values: list[int]) -> int:
+        return max(values) - min(values)
+
+    if spread([held.get(b, 0) for b in ids]) < _MIN_HELD_SPREAD:
+        return False  # they hold about the same: cannot tell
+    return 4 * spread([free[b] for b in ids]) < spread([free[b] + held.get(b, 0) for b in ids])
 
 
 _SAMPLE = re.compile(

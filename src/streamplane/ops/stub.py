@@ -47,6 +47,9 @@ class StubOpsAdmin:
     calls: list[tuple[str, Any]] = field(default_factory=list)
     fail: dict[str, KafkaError] = field(default_factory=dict)
     """Operation name -> error raised by that call (``alter_reassignments``, ...)."""
+    # Every broker's log dir on one filesystem (the local fleet): each reports the same
+    # free storage, the total less what all of them hold.
+    shared_filesystem: bool = False
     closed: bool = False
 
     @classmethod
@@ -135,7 +138,8 @@ class StubOpsAdmin:
                 if bid in reps or (k in self.running and bid in self.running[k].target)
             }
             total = self.total_bytes.get(bid)
-            usable = None if total is None else max(total - sum(held.values()), 0)
+            used = self._all_held() if self.shared_filesystem else sum(held.values())
+            usable = None if total is None else max(total - used, 0)
             out[bid] = [LogDir(bid, f"/data/{bid}", total, usable, held)]
         return out
 
@@ -226,6 +230,9 @@ class StubOpsAdmin:
         self.closed = True
 
     # ------------------------------------------------------------------ helpers
+    def _all_held(self) -> int:
+        return sum(self.sizes.get(k, 0) * len(reps) for k, reps in self.replicas.items())
+
     def throttle_configs(self) -> dict[tuple[ConfigKind, str], dict[str, str]]:
         """Every non-empty config set whose keys mention replication throttles."""
         return {

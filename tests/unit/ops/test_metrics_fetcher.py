@@ -12,6 +12,7 @@ from streamplane.ops.metrics_fetcher import (
     PrometheusSource,
     cluster_view,
     parse_prometheus_text,
+    shares_one_filesystem,
 )
 from streamplane.ops.stub import StubOpsAdmin
 
@@ -34,16 +35,59 @@ def test_log_dirs_source_reports_sizes_and_free_storage() -> None:
     assert reading.total == {1: 1000, 2: 1000, 3: 1000}
 
 
-def test_capacity_overrides_reported_storage_and_shared_disks_are_flagged() -> None:
+def test_capacity_overrides_reported_storage() -> None:
     admin = _admin()
-    admin.sizes.clear()  # every broker now reports the same usable bytes
-    reading = LogDirsSource(admin).read()
-    assert any("share one filesystem" in w for w in reading.warnings)
+    admin.sizes.clear()
     admin.sizes[("t", 1)] = 50
     reading = LogDirsSource(admin, capacity={1: 500, 2: 400, 3: 400}).read()
     assert reading.free == {1: 500, 2: 350, 3: 350}
     assert reading.total == {1: 500, 2: 400, 3: 400}
     assert not reading.warnings
+
+
+def test_capacity_below_what_a_broker_holds_is_a_warning() -> None:
+    """``--capacity 1B`` planned on every broker at 0 free, without a word."""
+    reading = LogDirsSource(_admin(), capacity=250).read()
+    assert reading.free == {1: 150, 2: 0, 3: 0}
+    assert reading.warnings == (
+        "broker(s) 2 (400B), 3 (300B) hold more than the capacity given: counted as full "
+        "(no free storage)",
+    )
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("free", "held", "shared"),
+    [
+        # one filesystem: the same free storage, whatever each holds
+        ({1: 500 * MiB, 2: 500 * MiB, 3: 500 * MiB}, {1: 0, 2: 40 * MiB, 3: 80 * MiB}, True),
+        # written to between the answers (an exploratory run: free within 4 KiB, not
+        # byte-for-byte equal, and no warning)
+        ({1: 500 * MiB, 2: 500 * MiB - 4096, 3: 499 * MiB}, {1: 0, 2: 44 * MiB, 3: 44 * MiB}, True),
+        # disks of their own: holding more, less free
+        ({1: 900 * MiB, 2: 860 * MiB, 3: 820 * MiB}, {1: 0, 2: 40 * MiB, 3: 80 * MiB}, False),
+        # disks of their own, one also holding other files
+        ({1: 900 * MiB, 2: 850 * MiB}, {1: 100 * MiB, 2: 100 * MiB}, False),
+        # all empty: nothing to tell them apart by
+        ({1: 900 * MiB, 2: 900 * MiB}, {1: 0, 2: 0}, False),
+    ],
+)
+def test_shared_filesystems_are_told_by_free_storage_that_ignores_what_is_held(
+    free: dict[int, int], held: dict[int, int], shared: bool
+) -> None:
+    total = dict.fromkeys(free, 1000 * MiB)
+    assert shares_one_filesystem(total, free, held) is shared
+    assert shares_one_filesystem({**total, 1: 2000 * MiB}, free, held) is False
+
+
+def test_a_fleet_on_one_filesystem_is_flagged() -> None:
+    admin = _admin()
+    admin.sizes = {("t", 0): 30 * MiB, ("t", 1): 10 * MiB}
+    admin.shared_filesystem = True
+    reading = LogDirsSource(admin).read()
+    assert any("share one filesystem" in w for w in reading.warnings), reading.warnings
 
 
 def test_unreachable_broker_is_a_warning_not_a_failure() -> None:

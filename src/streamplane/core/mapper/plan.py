@@ -22,6 +22,7 @@ from streamplane.core.mapper.models import (
     storage_stats,
 )
 from streamplane.core.mapper.reassignment_json import to_reassignment_json
+from streamplane.core.text import human_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,25 +118,14 @@ class PlanDiff:
                 f"{f'{b.replicas_before} -> {b.replicas_after}':>15} "
                 f"{f'{b.leaders_before} -> {b.leaders_after}':>13} "
                 f"{b.moves_in:>6} {b.moves_out:>6} "
-                f"{_human(b.storage_free_before):>12} {_human(b.storage_free_after):>12}"
+                f"{human_bytes(b.storage_free_before):>12} {human_bytes(b.storage_free_after):>12}"
             )
         lines.append(
             f"{self.partitions_changed} partitions change, {self.replicas_moved} replicas "
-            f"move ({_human(self.bytes_moved)}), {self.leadership_changes} preferred "
+            f"move ({human_bytes(self.bytes_moved)}), {self.leadership_changes} preferred "
             "leaders change"
         )
         return "\n".join(lines)
-
-
-def _human(value: int | None) -> str:
-    if value is None:
-        return "?"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @dataclass(frozen=True)
