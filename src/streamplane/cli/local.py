@@ -156,3 +156,18 @@ def start_broker(cluster: str, broker_id: int, data_dir: Path) -> None:
     """Start a stopped broker again with its data."""
     b = LocalFleet(data_dir).start_broker(cluster, broker_id)
     click.echo(f"started broker {broker_id} of {cluster} (pid {b.pid}) at {b.address}")
+
+
+@local.command("add-broker")
+@click.argument("cluster")
+@click.option("--rack", default=None, help="The new broker's rack (broker.rack).")
+@data_dir_option
+def add_broker(cluster: str, rack: str | None, data_dir: Path) -> None:
+    """Start one more broker (next free id) in a running CLUSTER, empty: what `ops map
+    scale --new ID` then moves partitions onto."""
+    b = LocalFleet(data_dir).add_broker(cluster, rack=rack)
+    click.echo(
+        f"added broker {b.node_id} to {cluster} (pid {b.pid}) at {b.address}"
+        + (f", rack {rack}" if rack else "")
+        + f"; fill it with: streamplane ops map scale --cluster {cluster} --new {b.node_id}"
+    )

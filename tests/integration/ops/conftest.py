@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from streamplane.cli.local import local
 from streamplane.exceptions import KafkaError
 from streamplane.kafka.clients import make_producer
 from streamplane.local.fleet import ClusterInfo, LocalFleet, wait_healthy
@@ -23,8 +25,12 @@ from tests.waiting import wait_for
 @pytest.fixture(scope="session")
 def racked4(rack_local_fleet: LocalFleet, rack_cluster: ClusterInfo) -> ClusterInfo:
     cluster = rack_local_fleet.descriptor().cluster("racked")
-    if len(cluster.brokers) < 4:
-        rack_local_fleet.add_broker("racked", rack="a")
+    if len(cluster.brokers) < 4:  # as an operator would: `streamplane local add-broker`
+        args = ["add-broker", "racked", "--rack", "a", "--data-dir", rack_local_fleet.data_dir]
+        out = CliRunner().invoke(local, [str(a) for a in args])
+        assert out.exit_code == 0, out.output
+        assert "added broker 4 to racked" in out.output, out.output
+        assert "ops map scale --cluster racked --new 4" in out.output, out.output
         cluster = rack_local_fleet.descriptor().cluster("racked")
         wait_healthy(cluster, timeout_s=60)
     return cluster
