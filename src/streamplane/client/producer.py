@@ -245,6 +245,7 @@ class StreamProducer:
             else:
                 table.active(self._default_lane)  # unknown lane -> ConfigError now, not at send
             self._apply(table)
+            self.heartbeat.start()  # a wrong API token raises here
         except BaseException:
             self._watcher.stop()  # no watch thread left behind by a failed open
             self._producers.clear()
@@ -252,7 +253,6 @@ class StreamProducer:
         self._watcher.add_listener(self._apply)
         self._watcher.add_listener(lambda _table: self.heartbeat.beat_now())
         self._watcher.add_gone_listener(self._on_gone)
-        self.heartbeat.start()
         self._opened = True
         return self
 

@@ -5,8 +5,11 @@ reports an epoch at or above the failover that drained it (or after a grace peri
 a producer reports its epoch on a timer and right after it switches (``beat_now``). A
 daemon thread sends it; errors never reach the producer: with the control plane away
 the producer keeps writing (fail-static) and the heartbeat resumes when it returns.
-Without a token (401/403) the heartbeat stops after one warning; the control plane then
-relies on its grace period for this producer.
+Without a token (401) the heartbeat stops after one warning; the control plane then
+relies on its grace period for this producer. A wrong token (403) is a mistake to fix,
+not a mode: the first heartbeat is sent by ``start``, which raises ``Unauthorized``
+(``generate --token wrong`` used to print a warning and produce every record anyway,
+exit 0, unseen by the sealer).
 """
 
 from __future__ import annotations
@@ -52,8 +55,20 @@ class ProducerHeartbeat:
         self.last_epoch_sent: int | None = None
 
     def start(self) -> None:
+        """Send the first heartbeat, then beat from a daemon thread. Raises
+        ``Unauthorized`` if the token is wrong (403); without a token (401) it warns and
+        does not beat; with the control plane away it beats again later (fail-static)."""
         if self._thread is not None:
             return
+        try:
+            self._beat()
+        except Unauthorized as exc:
+            if exc.status != 401:
+                raise
+            self._refused(exc)
+            return
+        except ControlPlaneError as exc:
+            self._failed(exc)
         self._thread = threading.Thread(
             target=self._run, name=f"producer-heartbeat-{self._stream}", daemon=True
         )
@@ -67,19 +82,29 @@ class ProducerHeartbeat:
         self._stop.set()
         self._wake.set()
 
+    def _beat(self) -> None:
+        epoch = self._epoch()
+        self._client.producer_heartbeat(self._stream, self.producer_id, epoch)
+        self.sent += 1
+        self.last_epoch_sent = epoch
+
+    def _refused(self, exc: Unauthorized) -> None:
+        log.warning("producer heartbeat for %s refused, stopping it: %s", self._stream, exc)
+
+    def _failed(self, exc: ControlPlaneError) -> None:
+        if not isinstance(exc, ControlPlaneUnavailable):  # away: fail-static, beat later
+            log.debug("producer heartbeat for %s failed: %s", self._stream, exc)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            epoch = self._epoch()
-            try:
-                self._client.producer_heartbeat(self._stream, self.producer_id, epoch)
-                self.sent += 1
-                self.last_epoch_sent = epoch
-            except Unauthorized as exc:
-                log.warning("producer heartbeat for %s refused, stopping it: %s", self._stream, exc)
-                return
-            except ControlPlaneUnavailable:
-                pass  # fail-static: keep producing, beat again later
-            except ControlPlaneError as exc:
-                log.debug("producer heartbeat for %s failed: %s", self._stream, exc)
             self._wake.wait(self._interval_s)
             self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._beat()
+            except Unauthorized as exc:  # the token was changed on the control plane
+                self._refused(exc)
+                return
+            except ControlPlaneError as exc:
+                self._failed(exc)
