@@ -45,7 +45,7 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                         "offset": d.offset,
                         "key": d.key.decode(errors="replace") if d.key else None,
                         "value": d.value.decode(errors="replace") if d.value else None,
-                        "provenance": d.provenance,
+                        "provenance": _typed(d.provenance),
                     }
                     for d in letters
                 ],
@@ -53,7 +53,7 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
             )
         )
     else:
-        _print_table(letters)
+        _print_table(letters, limit if listing.more else None)
     if listing.unread:
         raise KafkaError(
             f"the listing is incomplete: {describe_unread(listing.unread)} (the cluster "
@@ -61,7 +61,19 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
         )
 
 
-def _print_table(letters: list[DeadLetter]) -> None:
+# Provenance fields that are numbers (headers are bytes: read back as text).
+_NUMERIC = frozenset({"partition", "offset", "attempts", "first-seen-ms", "dropped"})
+
+
+def _typed(provenance: dict[str, str]) -> dict[str, str | int]:
+    """Provenance with its numeric fields as numbers (``"offset": 328``, not ``"328"``)."""
+    return {
+        k: int(v) if k in _NUMERIC and v.lstrip("-").isdigit() else v for k, v in provenance.items()
+    }
+
+
+def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
+    """``limit``: the listing stopped there, with more records after it."""
     rows = [
         [
             f"{d.topic}[{d.partition}]@{d.offset}",
@@ -79,7 +91,10 @@ def _print_table(letters: list[DeadLetter]) -> None:
         for d in letters
     ]
     click.echo(table(["dlq record", "lane", "origin", "attempts", "error"], rows))
-    click.echo(counted(len(letters), "record"))
+    if limit is None:
+        click.echo(counted(len(letters), "record"))
+    else:
+        click.echo(f"the first {counted(limit, 'record')}: more follow (--limit N shows more)")
 
 
 @dlq.command("replay")

@@ -55,6 +55,7 @@ class DlqListing:
 
     letters: list[DeadLetter]
     unread: list[PartitionKey]
+    more: bool = False  # the limit was reached and at least one more record follows
 
 
 def describe_unread(unread: list[PartitionKey], shown: int = 5) -> str:
@@ -88,8 +89,8 @@ def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessag
 def list_dead_letters(
     client: ControlPlaneClient, stream: str, limit: int = 100, idle_s: float = 2.0
 ) -> DlqListing:
-    """Up to ``limit`` records of the dlq lane, oldest first, and the partitions that
-    could not be read. Commits nothing."""
+    """Up to ``limit`` records of the dlq lane, oldest first, whether more follow, and
+    the partitions that could not be read. Commits nothing."""
     out: list[DeadLetter] = []
     consumer = StreamConsumer(
         stream, f"sp-dlq-list-{time.time_ns()}", client, lanes=[DLQ_LANE], read_only=True
@@ -109,11 +110,11 @@ def list_dead_letters(
                 )
             )
             msg.ack()  # nothing is committed (read-only); it keeps the in-flight window open
-            return len(out) < limit
+            return len(out) <= limit  # one past the limit: whether more follow
 
         _drain(consumer, idle_s, each)
-        unread = consumer.unfinished_partitions() if len(out) < limit else []
-    return DlqListing(out, unread)
+        unread = consumer.unfinished_partitions() if len(out) <= limit else []
+    return DlqListing(out[:limit], unread, more=len(out) > limit)
 
 
 @dataclass(frozen=True)

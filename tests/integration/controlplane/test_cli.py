@@ -291,13 +291,19 @@ def test_dlq_list_past_the_in_flight_window_and_replay(
     total = 10_050
     producer = Producer(producer_config(fleet.bootstrap("local-a")))
     for i in range(total):
-        producer.produce(dlq_topic, b"%d" % i, headers=[("sp-dlq-lane", b"realtime")])
+        headers = [("sp-dlq-lane", b"realtime"), ("sp-dlq-offset", b"%d" % i)]
+        producer.produce(dlq_topic, b"%d" % i, headers=headers)
     assert producer.flush(60) == 0
 
     listing = json.loads(ok(run_cli(control_plane, "dlq", "list", stream, "--limit", "20000",
                                     "--json")))  # fmt: skip
     assert len(listing) == total
-    assert ok(run_cli(control_plane, "dlq", "list", stream, "--limit", "1")).endswith("1 record\n")
+    assert listing[7]["provenance"] == {"lane": "realtime", "offset": 7}  # a number
+    # The limit reached, with more after it: said so (it read "1 record" as if that was all).
+    first = ok(run_cli(control_plane, "dlq", "list", stream, "--limit", "1"))
+    assert first.endswith("the first 1 record: more follow (--limit N shows more)\n")
+    every = ok(run_cli(control_plane, "dlq", "list", stream, "--limit", str(total)))
+    assert every.endswith(f"{total} records\n")
     replayed = ok(run_cli(control_plane, "dlq", "replay", stream))
     assert replayed.strip() == f"replayed {total} records"
     again = ok(run_cli(control_plane, "dlq", "replay", stream))
