@@ -68,14 +68,28 @@ def list_(tags: tuple[str, ...], as_json: bool, url: str, token: str | None) -> 
 @click.argument("name")
 @click.argument("bootstrap")
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help=TAG_HELP)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Register it even if BOOTSTRAP does not answer or is a Kafka cluster registered "
+    "under another name.",
+)
 @json_option
 @connection_options
 def add(
-    name: str, bootstrap: str, tags: tuple[str, ...], as_json: bool, url: str, token: str | None
+    name: str,
+    bootstrap: str,
+    tags: tuple[str, ...],
+    force: bool,
+    as_json: bool,
+    url: str,
+    token: str | None,
 ) -> None:
-    """Register cluster NAME reachable at BOOTSTRAP (host:port[,host:port...])."""
+    """Register cluster NAME reachable at BOOTSTRAP (host:port[,host:port...]). BOOTSTRAP
+    must answer and be a Kafka cluster (by cluster id) no other name is registered for,
+    unless --force."""
     with connect(url, token) as cp:
-        doc = cp.register_cluster(name, bootstrap, parse_key_values(tags, "--tag"))
+        doc = cp.register_cluster(name, bootstrap, parse_key_values(tags, "--tag"), force)
     if as_json:
         echo_json(doc)
     else:
@@ -139,7 +153,8 @@ def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[s
     out = []
     for name, bootstrap in local_fleet_clusters(data_dir):
         try:
-            out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS))
+            # Forced: the descriptor is the truth about local clusters (one may be down).
+            out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS, force=True))
         except Conflict:
             tags = {**LOCAL_TAGS, **cp.get_cluster(name)["tags"]}  # the user's win
             # The descriptor is the truth about local clusters: a new `local up` is a

@@ -273,7 +273,8 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
     names = []
     for name, bootstrap in local_fleet_clusters(data_dir):
         try:
-            service.register_cluster(name, bootstrap, LOCAL_TAGS, actor="import-local")
+            # Forced: the descriptor is the truth about local clusters (one may be down).
+            service.register_cluster(name, bootstrap, LOCAL_TAGS, "import-local", force=True)
         except Conflict:
             tags = {**LOCAL_TAGS, **service.get_cluster(name).tags}  # the user's win
             # forced: a new `local up` is a new Kafka cluster (new id) at new ports

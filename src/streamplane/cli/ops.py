@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,21 +42,21 @@ from streamplane.core.mapper import (
     scale,
 )
 from streamplane.core.throttle import ReplicaChange, ThrottleLimits
-from streamplane.exceptions import ConfigError, StreamplaneError
+from streamplane.exceptions import ConfigError, KafkaError, StreamplaneError
 from streamplane.ops.autothrottle import (
     Autothrottle,
     AutothrottleParams,
+    Cleanup,
     Terminated,
     default_state_file,
     terminate_on,
 )
 from streamplane.ops.executor import (
+    INTERRUPTS,
     CheckedPlan,
-    ExecutionReport,
     Executor,
     ExecutorParams,
     Progress,
-    ReassignmentTimeout,
     check_plan,
 )
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
@@ -104,6 +106,21 @@ class ByteSize(click.ParamType[int, "str | int"]):
 SIZE = ByteSize("size", at_least=0)
 CAPACITY = ByteSize("size", at_least=1)
 RATE = ByteSize("rate", at_least=1)  # a zero rate would stop replication
+SECONDS = click.FloatRange(min=0, min_open=True)
+"""A duration in seconds, > 0."""
+
+
+def check_rate_range(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """Callback of ``--min-rate`` and ``--max-rate``: the second of the two to be read
+    (click reads every option, given or defaulted) refuses a maximum below the minimum,
+    before any work."""
+    if param.name == "min_rate":
+        low, high = value, ctx.params.get("max_rate")
+    else:
+        low, high = ctx.params.get("min_rate"), value
+    if low is not None and high is not None and high < low:
+        raise click.UsageError(f"--max-rate {high} B/s is below --min-rate {low} B/s", ctx)
+    return value
 
 
 # ---------------------------------------------------------------------- shared options
@@ -149,15 +166,18 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--yes", is_flag=True, help="Apply without asking."),
         click.option(
             "--concurrency",
-            type=int,
+            type=click.IntRange(min=1),
             default=2,
             show_default=True,
             help="Destination brokers receiving replicas at once.",
         ),
         click.option(
-            "--timeout", type=float, default=None, help="Seconds per batch before giving up."
+            "--timeout",
+            type=SECONDS,
+            default=None,
+            help="Seconds per batch before giving up (the batch keeps running).",
         ),
-        click.option("--poll-interval", type=float, default=1.0, show_default=True),
+        click.option("--poll-interval", type=SECONDS, default=1.0, show_default=True),
         click.option("--no-wait", is_flag=True, help="Submit every partition and return."),
         click.option(
             "--autothrottle",
@@ -173,9 +193,16 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=RATE,
             default="1MB",
             show_default=True,
+            callback=check_rate_range,
             help="Throttle floor (bytes/s).",
         ),
-        click.option("--max-rate", type=RATE, default=None, help="Throttle ceiling (bytes/s)."),
+        click.option(
+            "--max-rate",
+            type=RATE,
+            default=None,
+            callback=check_rate_range,
+            help="Throttle ceiling (bytes/s).",
+        ),
         click.option(
             "--state-file",
             type=click.Path(path_type=Path, dir_okay=False),
@@ -188,23 +215,76 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class ProgressLine:
-    """A progress line on stderr: redrawn in place on a terminal, else printed on change."""
+    """The progress of an apply on stderr: redrawn in place on a terminal; otherwise
+    (nohup, CI) printed when it changes and at least every ``heartbeat_s`` seconds, so
+    that a stalled apply still shows its elapsed time."""
 
-    def __init__(self) -> None:
-        self._tty = sys.stderr.isatty()
-        self._last = ""
+    def __init__(
+        self,
+        *,
+        tty: bool | None = None,
+        heartbeat_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._tty = sys.stderr.isatty() if tty is None else tty
+        self._heartbeat_s = heartbeat_s
+        self._clock = clock
+        self._status: str | None = None
+        self._printed_at = 0.0
+        self._drawn = False  # a terminal line is drawn without its newline
 
     def __call__(self, p: Progress) -> None:
-        line = p.line()
         if self._tty:
-            click.echo("\r" + line, err=True, nl=False)
-        elif line.split("  ")[0:2] != self._last.split("  ")[0:2]:
-            click.echo(line, err=True)
-        self._last = line
+            click.echo("\r" + p.line() + "\x1b[K", err=True, nl=False)
+            self._drawn = True
+            return
+        now = self._clock()
+        if p.status() != self._status or now - self._printed_at >= self._heartbeat_s:
+            click.echo(p.line(), err=True)
+            self._status, self._printed_at = p.status(), now
+
+    def note(self, message: str) -> None:
+        """A message of its own line (a warning), below the progress line."""
+        self.close()
+        click.echo(message, err=True)
 
     def close(self) -> None:
-        if self._tty and self._last:
+        if self._drawn:
             click.echo("", err=True)
+            self._drawn = False
+
+
+class ThrottleSteps:
+    """Autothrottle during an apply. The throttles are set before a batch is submitted
+    (an error there stops the apply: no copy starts unthrottled); then a step runs at
+    every poll, and a step that fails (a broker just restarted, a timeout) is reported,
+    once per distinct error, and retried at the next poll: the throttles in force stay
+    and the copies go on. Warnings are said once."""
+
+    def __init__(self, throttle: Autothrottle, line: ProgressLine) -> None:
+        self.throttle = throttle
+        self._line = line
+        self._failing: str | None = None
+
+    def prepare(self, changes: list[ReplicaChange]) -> None:
+        self.throttle.prepare(changes)
+
+    def poll(self) -> None:
+        try:
+            result = self.throttle.step()
+        except KafkaError as exc:
+            if str(exc) != self._failing:
+                self._line.note(
+                    f"warning: throttle step failed, retried at the next poll (the throttles "
+                    f"in force stay, the copies go on): {exc}"
+                )
+            self._failing = str(exc)
+            return
+        if self._failing is not None:
+            self._line.note("throttle steps work again")
+            self._failing = None
+        for w in result.warnings:
+            self._line.note(f"warning: {w}")
 
 
 def show_plan(plan_: Plan, as_json: bool) -> None:
@@ -247,12 +327,19 @@ def apply_checked(
     min_rate: int,
     max_rate: int | None,
     state_file: Path | None,
+    cluster: str | None = None,
 ) -> None:
+    """Apply a checked plan (asking first unless ``yes``). However it ends, the message
+    says where the reassignments stand and what became of the throttles: removed, or
+    left (copies still running, or a removal that failed) with the command that ends
+    them. SIGTERM exits 143, Ctrl-C 130, other endings short of success 1."""
     if not checked.changes():
         click.echo("nothing to apply: every partition already has its target replicas")
         return
     if not yes:
         confirm_or_exit(f"apply {len(checked.changes())} partition change(s)?")
+    state_file = state_file or default_state_file(bootstrap)
+    same = _cluster_args(bootstrap, cluster, state_file)
     throttle: Autothrottle | None = None
     if throttle_capacity is not None:
         throttle = Autothrottle(
@@ -260,43 +347,51 @@ def apply_checked(
             AutothrottleParams(
                 capacity=throttle_capacity,
                 limits=ThrottleLimits(minimum=min_rate, maximum=max_rate),
-                state_file=state_file or default_state_file(bootstrap),
+                state_file=state_file,
                 interval=poll_interval,
             ),
             bootstrap=bootstrap,
             log=progress,
+            clear_command=f"streamplane ops throttle {same} --clear",
         )
         throttle.take_over()
     line = ProgressLine()
+    steps = None if throttle is None else ThrottleSteps(throttle, line)
     executor = Executor(
         admin,
         ExecutorParams(concurrency, poll_interval, timeout, wait=not no_wait),
         on_progress=line,
-        on_poll=(lambda: None) if throttle is None else (lambda: _step(throttle)),
-        before_submit=(lambda _: None) if throttle is None else (lambda c: _prepare(throttle, c)),
+        on_poll=(lambda: None) if steps is None else steps.poll,
+        before_submit=(lambda _: None) if steps is None else steps.prepare,
     )
     try:
-        report = _execute(executor, checked, line, throttle, leaves_running=no_wait)
-    except Terminated as exc:
-        cleaned = "the batch in flight cancelled" + (", throttles removed" if throttle else "")
-        click.echo(f"{exc}: {cleaned}", err=True)
-        raise SystemExit(143) from None
-    except ReassignmentTimeout as exc:
-        if throttle is None:
-            raise
-        raise ReassignmentTimeout(
-            f"{exc}; {_throttles_left(throttle, bootstrap)}", exc.pending
-        ) from exc
+        with contextlib.closing(line), terminate_on(signal.SIGTERM):
+            report = executor.apply(checked)
+    except INTERRUPTS as exc:
+        click.echo(f"{exc or 'interrupted'}: {_ended(executor, checked, throttle, same)}", err=True)
+        raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
+    except StreamplaneError as exc:
+        ending = _ended(executor, checked, throttle, same)
+        raise KafkaError(f"{exc}; {ending}", code=getattr(exc, "code", None)) from exc
+    except Exception:
+        click.echo(f"apply failed: {_ended(executor, checked, throttle, same)}", err=True)
+        raise
     if no_wait:
-        click.echo(f"submitted {len(checked.changes()) - len(report.failed)} reassignment(s)")
+        click.echo(f"submitted {len(report.submitted)} reassignment(s)")
     else:
         click.echo(f"{len(report.completed)} partition(s) reassigned in {report.elapsed:.1f}s")
     for key, err in sorted(report.failed.items()):
         click.echo(f"failed: {key[0]}-{key[1]}: {err}", err=True)
+    cleanup, throttles = _end_throttles(throttle, same)
     if report.failed:
-        raise ConfigError(f"{len(report.failed)} partition(s) were refused by the cluster")
-    if no_wait and throttle is not None:
-        click.echo(_throttles_left(throttle, bootstrap), err=True)
+        raise ConfigError(
+            f"{len(report.failed)} partition(s) were refused by the cluster{throttles}"
+        )
+    if cleanup is not None and cleanup.left:
+        if not cleanup.running:
+            done = "submitted" if no_wait else "done"
+            raise KafkaError(f"the reassignments are {done}{throttles}")
+        click.echo(throttles.removeprefix("; "), err=True)
 
 
 def confirm_or_exit(question: str) -> None:
@@ -316,52 +411,50 @@ def confirm_or_exit(question: str) -> None:
         raise SystemExit(1)
 
 
-def _execute(
-    executor: Executor,
-    checked: CheckedPlan,
-    line: ProgressLine,
-    throttle: Autothrottle | None,
-    *,
-    leaves_running: bool,
-) -> ExecutionReport:
-    """Apply the plan, then remove the throttles, unless reassignments are left running
-    (``--no-wait``, ``--timeout``): their throttles and the state file stay, for
-    ``ops throttle`` to manage and remove when the copies end, or for ``ops apply
-    --cancel`` to remove with them. SIGTERM and Ctrl-C cancel the batch in flight
-    (in the executor), then the throttles go too."""
-    keep_throttles = leaves_running
-    try:
-        with terminate_on(signal.SIGTERM):
-            return executor.apply(checked)
-    except ReassignmentTimeout:
-        keep_throttles = True
-        raise
-    finally:
-        line.close()
-        if throttle is not None and not keep_throttles and not throttle.finish():
-            click.echo(
-                "reassignments of an earlier run are still running: their throttles stay, "
-                f"recorded in {throttle.params.state_file} (`streamplane ops throttle` "
-                "manages and removes them)",
-                err=True,
-            )
-
-
-def _throttles_left(throttle: Autothrottle, bootstrap: str) -> str:
-    """Where the throttles of reassignments left running are, and the two ways to end
-    them (with the options that find the same state file)."""
-    state_file = throttle.params.state_file
-    same = f"--bootstrap {bootstrap}"
+def _cluster_args(bootstrap: str, cluster: str | None, state_file: Path) -> str:
+    """The options that find this cluster and state file again (for the commands a
+    message names)."""
+    args = f"--cluster {shlex.quote(cluster)}" if cluster else f"--bootstrap {bootstrap}"
     if state_file != default_state_file(bootstrap):
-        same += f" --state-file {state_file}"
-    return (
-        f"their throttles stay, recorded in {state_file}: `streamplane ops throttle {same} "
-        "--capacity RATE` keeps throttling them and removes the throttles when they end; "
-        f"`streamplane ops apply --cancel {same}` stops them and removes the throttles"
-    )
+        args += f" --state-file {shlex.quote(str(state_file))}"
+    return args
 
 
-def remove_recorded_throttles(admin: KafkaOpsAdmin, bootstrap: str, state_file: Path) -> list[str]:
+def _ended(
+    executor: Executor, checked: CheckedPlan, throttle: Autothrottle | None, same: str
+) -> str:
+    """After an apply ended early: where its reassignments stand, and its throttles."""
+    cancel_error = executor.report.cancel_error
+    failed = f"cancelling failed: {cancel_error}; " if cancel_error else ""
+    return f"{failed}{executor.standing(checked).text()}{_end_throttles(throttle, same)[1]}"
+
+
+def _end_throttles(throttle: Autothrottle | None, same: str) -> tuple[Cleanup | None, str]:
+    """End an apply's throttles (``finish()``: removed unless copies still run); returns
+    the cleanup and what became of them as ``; ...`` (nothing without autothrottle)."""
+    if throttle is None:
+        return None, ""
+    cleanup = throttle.finish()
+    return cleanup, "; " + _throttles_text(cleanup, throttle.params.state_file, same)
+
+
+def _throttles_text(cleanup: Cleanup, state_file: Path, same: str) -> str:
+    if cleanup.running:
+        return (
+            f"reassignments are still running: their throttles stay, recorded in {state_file}: "
+            f"`streamplane ops throttle {same} --capacity RATE` keeps throttling them and "
+            f"removes the throttles when they end; `streamplane ops apply --cancel {same}` "
+            "stops them and removes the throttles"
+        )
+    if cleanup.left:
+        return (
+            f"throttles not removed from {cleanup.left_text()}: they stay, recorded in "
+            f"{state_file}; `streamplane ops throttle {same} --clear` removes them"
+        )
+    return "throttles removed"
+
+
+def remove_recorded_throttles(admin: KafkaOpsAdmin, bootstrap: str, state_file: Path) -> Cleanup:
     """Remove the throttles an ``--autothrottle`` run left with its reassignments
     (``--timeout``, ``--no-wait``, a kill): what its state file records."""
     return Autothrottle(
@@ -370,16 +463,6 @@ def remove_recorded_throttles(admin: KafkaOpsAdmin, bootstrap: str, state_file: 
         bootstrap=bootstrap,
         log=progress,
     ).recover()
-
-
-def _prepare(throttle: Autothrottle, changes: list[ReplicaChange]) -> None:
-    throttle.prepare(changes)
-
-
-def _step(throttle: Autothrottle) -> None:
-    result = throttle.step()
-    for w in result.warnings:
-        click.echo(f"\nwarning: {w}", err=True)
 
 
 # ---------------------------------------------------------------------- groups
@@ -775,17 +858,22 @@ def apply(
     **exec_opts: Any,
 ) -> None:
     """Apply Kafka's reassignment JSON (PLAN_FILE, '-' for stdin) after showing its diff."""
+    if cancel and plan_file is not None:
+        raise click.UsageError("PLAN_FILE and --cancel cannot be combined")
+    if not cancel and plan_file is None:
+        raise click.UsageError("give a PLAN_FILE to apply, or --cancel")
     bs = resolve_bootstrap(bootstrap, cluster, url, token)
-    if cancel == (plan_file is not None):
-        raise click.UsageError("give a PLAN_FILE or --cancel")
     with open_admin(bs) as admin:
         if cancel:
             done = Executor(admin).cancel()
             click.echo(f"cancelled {len(done)} reassignment(s)")
             state_file = exec_opts["state_file"] or default_state_file(bs)
-            cleared = remove_recorded_throttles(admin, bs, state_file)
-            if cleared:
-                click.echo(f"removed throttles from {len(cleared)} resource(s)")
+            cleanup = remove_recorded_throttles(admin, bs, state_file)
+            if cleanup.removed:
+                click.echo(f"removed throttles from {len(cleanup.removed)} resource(s)")
+            if cleanup.left:
+                same = _cluster_args(bs, cluster, state_file)
+                raise KafkaError(_throttles_text(cleanup, state_file, same))
             return
         assert plan_file is not None
         try:
@@ -804,7 +892,7 @@ def apply(
         before = PartitionMap(view.partitions[p.key] for p in checked.target)
         after = PartitionMap(p.with_replicas(checked.target[p.key].replicas) for p in before)
         show_plan(Plan("apply", before, after, view.brokers), as_json)
-        apply_checked(admin, bs, checked, **exec_opts)
+        apply_checked(admin, bs, checked, cluster=cluster, **exec_opts)
 
 
 # ---------------------------------------------------------------------- throttle
@@ -817,10 +905,10 @@ def apply(
     metavar="RATE",
     help="Network capacity per broker, bytes/s.",
 )
-@click.option("--min-rate", type=RATE, default="1MB", show_default=True)
-@click.option("--max-rate", type=RATE, default=None)
+@click.option("--min-rate", type=RATE, default="1MB", show_default=True, callback=check_rate_range)
+@click.option("--max-rate", type=RATE, default=None, callback=check_rate_range)
 @click.option(
-    "--interval", type=float, default=5.0, show_default=True, help="Seconds between steps."
+    "--interval", type=SECONDS, default=5.0, show_default=True, help="Seconds between steps."
 )
 @click.option(
     "--state-file",
@@ -860,19 +948,42 @@ def throttle(
         state_file=state_file or default_state_file(bs),
         interval=interval,
     )
+    same = _cluster_args(bs, cluster, params.state_file)
     with open_admin(bs) as admin:
-        at = Autothrottle(admin, params, bootstrap=bs, log=progress)
+        at = Autothrottle(
+            admin,
+            params,
+            bootstrap=bs,
+            log=progress,
+            clear_command=f"streamplane ops throttle {same} --clear",
+        )
         if clear_only:
-            cleared = at.recover()
-            click.echo(f"removed throttles from {len(cleared)} resource(s)")
+            cleanup = at.recover()
+            click.echo(f"removed throttles from {len(cleanup.removed)} resource(s)")
+            if cleanup.left:
+                raise KafkaError(_throttles_text(cleanup, params.state_file, same))
             return
         try:
             with terminate_on(signal.SIGTERM):
                 steps = at.run(until_idle=not forever)
         except Terminated as exc:
-            click.echo(f"{exc}: throttles removed", err=True)
+            click.echo(f"{exc}: {_throttles_left_text(at, same)}", err=True)
             raise SystemExit(143) from None
+        if at.recorded():
+            raise KafkaError(f"no reassignment running; {_throttles_left_text(at, same)}")
         click.echo(f"no reassignment running; throttles removed after {steps} step(s)")
+
+
+def _throttles_left_text(at: Autothrottle, same: str) -> str:
+    """After ``run()`` (which always removes what it can): what is left, if anything."""
+    left = at.recorded()
+    if not left:
+        return "throttles removed"
+    return (
+        f"throttles not removed from {', '.join(r.replace(':', ' ', 1) for r in left)} (see "
+        f"above): they stay, recorded in {at.params.state_file}; "
+        f"`streamplane ops throttle {same} --clear` removes them"
+    )
 
 
 # ---------------------------------------------------------------------- tags

@@ -85,10 +85,19 @@ class ControlPlaneClient:
         return self._json("GET", "/v1/clusters", params=params)  # type: ignore[no-any-return]
 
     def register_cluster(
-        self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None
+        self,
+        name: str,
+        bootstrap: str,
+        tags: Mapping[str, str] | None = None,
+        force: bool = False,
     ) -> dict[str, Any]:
+        """Register a cluster. Its bootstrap must answer and be a Kafka cluster no other
+        name is registered for, unless ``force``."""
         body = {"name": name, "bootstrap": bootstrap, "tags": dict(tags or {})}
-        return self._json("POST", "/v1/clusters", json=body)  # type: ignore[no-any-return]
+        params = {"force": "true"} if force else None
+        return self._json(  # type: ignore[no-any-return]
+            "POST", "/v1/clusters", json=body, params=params
+        )
 
     def update_cluster(
         self,

@@ -299,8 +299,19 @@ def create_app(
         responses=_errors(400, 409, *_MUTATION),
         tags=["clusters"],
     )
-    def register_cluster(body: ClusterIn, actor: Actor) -> ClusterOut:
-        return ClusterOut.of(svc.register_cluster(body.name, body.bootstrap, body.tags, actor))
+    def register_cluster(
+        body: ClusterIn,
+        actor: Actor,
+        force: Annotated[
+            bool,
+            Query(
+                description="Register it even if the bootstrap does not answer or is a "
+                "Kafka cluster registered under another name."
+            ),
+        ] = False,
+    ) -> ClusterOut:
+        record = svc.register_cluster(body.name, body.bootstrap, body.tags, actor, force=force)
+        return ClusterOut.of(record)
 
     @app.get(
         "/v1/clusters",
@@ -332,7 +343,7 @@ def create_app(
     @app.patch(
         "/v1/clusters/{name}",
         response_model=ClusterOut,
-        responses=_errors(400, 404, *_MUTATION),
+        responses=_errors(400, 404, 409, *_MUTATION),
         tags=["clusters"],
     )
     def update_cluster(
@@ -342,8 +353,9 @@ def create_app(
         force: Annotated[
             bool,
             Query(
-                description="Change the bootstrap even if it does not answer or is "
-                "another Kafka cluster than the registered one."
+                description="Change the bootstrap even if it does not answer, is "
+                "another Kafka cluster than the registered one, or one registered under "
+                "another name."
             ),
         ] = False,
     ) -> ClusterOut:

@@ -15,6 +15,10 @@
 
 Errors are ``streamplane.KafkaError``. ``ClusterIO`` is the protocol the tasks use; unit
 tests give a stub.
+
+``ControlPlaneAdmin`` is the service's ``TopicAdmin``: ``KafkaAdmin`` plus
+``describe_topic`` (partitions, replication factor and the configs set on the topic
+itself), which decides whether an existing topic of a new epoch may be adopted.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -30,12 +35,18 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    OffsetSpec,
+)
 
 from streamplane.exceptions import KafkaError
 from streamplane.kafka.admin import (
     QUIET,
     STALE_LEADER_EPOCH,
+    KafkaAdmin,
     await_future,
     refresh_metadata,
     to_kafka_error,
@@ -59,6 +70,54 @@ class ClusterIO(Protocol):
     ) -> dict[str, dict[str, dict[int, int]]]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """An existing topic as its cluster describes it."""
+
+    name: str
+    partitions: int
+    # The distinct replica counts of its partitions (one, unless a reassignment changed some).
+    replication_factors: tuple[int, ...]
+    # The configs set on the topic itself (at creation or since), not the cluster's defaults.
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+class ControlPlaneAdmin(KafkaAdmin):
+    """``KafkaAdmin`` with what the control plane's service asks besides: ``describe_topic``."""
+
+    def describe_topic(self, topic: str, timeout: float = 10.0) -> TopicDescription:
+        admin = self.raw()
+        what = f"describe topic {topic}"
+        try:
+            meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            raise to_kafka_error(exc, what) from exc
+        if meta is None or meta.error is not None or not meta.partitions:
+            error = meta.error if meta is not None else None
+            raise KafkaError(
+                f"{what}: {error.str() if error is not None else 'unknown topic'}",
+                code=error.name() if error is not None else "UNKNOWN_TOPIC_OR_PART",
+            )
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        try:
+            futures = admin.describe_configs([resource], request_timeout=timeout)
+        except KafkaException as exc:
+            raise to_kafka_error(exc, what) from exc
+        entries = await_future(next(iter(futures.values())), timeout, f"{what} configs")
+        overrides = {
+            name: str(entry.value)
+            for name, entry in entries.items()
+            if _source(entry) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+        }
+        counts = sorted({len(p.replicas) for p in meta.partitions.values()})
+        return TopicDescription(topic, len(meta.partitions), tuple(counts), overrides)
+
+
+def _source(entry: Any) -> int:
+    """A config entry's source as ConfigSource's value (librdkafka gives an int)."""
+    return int(getattr(entry.source, "value", entry.source))
 
 
 class KafkaClusterIO:

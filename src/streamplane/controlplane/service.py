@@ -2,14 +2,15 @@
 
 Synchronous and framework-free: the HTTP layer (``app.py``) calls it from worker
 threads. Kafka is reached only through a ``TopicAdmin`` made by the ``admin_factory``
-given to the constructor (``KafkaAdmin`` by default; tests pass a stub), and routing
+given to the constructor (``ControlPlaneAdmin`` by default; tests pass a stub), and routing
 changes are computed only by the pure functions of ``streamplane.core.routing``.
 
 Ordering rules that keep clients safe:
 
 - topics are created *before* the routing that names them is saved, so a client never
   sees a segment whose topic does not exist; if creation fails nothing is saved and the
-  topics this call created are deleted again;
+  topics this call created are deleted again; a topic that exists already is taken only
+  if it is exactly what the stream would create, empty (``_create_topics``);
 - every routing change goes through ``Store.save_routing`` (compare-and-set on the
   epoch) with its audit entry, and then the listeners (the watch hub) are told.
 """
@@ -20,10 +21,12 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streamplane.controlplane.cluster_io import ControlPlaneAdmin, TopicDescription
 from streamplane.controlplane.store import (
     AuditEntry,
     ClusterRecord,
@@ -45,7 +48,6 @@ from streamplane.core.routing import (
     validate_stream_name,
 )
 from streamplane.exceptions import ConfigError, Conflict, KafkaError, NotFound
-from streamplane.kafka.admin import KafkaAdmin
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,10 @@ TIMESTAMP_TYPE = "LogAppendTime"
 # headers (dlq provenance) above the stream's bound on one record.
 BATCH_HEADROOM_BYTES = 64 * 1024
 MANAGED_TOPIC_CONFIGS = ("message.timestamp.type", "max.message.bytes")
+
+# How a cluster change refused by a check of its bootstrap ends.
+_NOT_REGISTERED = "not registered (to register it anyway: --force, force=true in the API)"
+_NOT_CHANGED = "not changed (to change it anyway: --force, force=true in the API)"
 
 MAX_PARTITIONS = 10_000
 MAX_REPLICATION_FACTOR = 32
@@ -81,7 +87,7 @@ _TOPIC_GONE_CODES = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"})
 
 
 class TopicAdmin(Protocol):
-    """The part of ``KafkaAdmin`` the control plane uses (one cluster)."""
+    """The part of ``ControlPlaneAdmin`` the control plane uses (one cluster)."""
 
     def create_topics(
         self,
@@ -94,6 +100,8 @@ class TopicAdmin(Protocol):
     ) -> dict[str, KafkaError | None]: ...
 
     def end_offsets(self, topic: str, timeout: float = ...) -> dict[int, int]: ...
+
+    def describe_topic(self, topic: str, timeout: float = ...) -> TopicDescription: ...
 
     def cluster_id(self, timeout: float = ...) -> str: ...
 
@@ -160,6 +168,27 @@ def topic_config(config: Mapping[str, str], max_record_bytes: int) -> dict[str, 
     }
 
 
+def topic_differences(
+    found: TopicDescription, partitions: int, replication_factor: int, configs: Mapping[str, str]
+) -> list[str]:
+    """How an existing topic differs from the one a stream would create (``partitions``,
+    ``replication_factor``, ``configs`` from ``topic_config``); empty when it does not.
+    The topic's own configs must be exactly ``configs``: a managed one missing, or a
+    retention, cleanup.policy or min.insync.replicas the stream does not set, differs."""
+    out = []
+    if found.partitions != partitions:
+        out.append(f"{found.partitions} partitions (the stream's: {partitions})")
+    if found.replication_factors != (replication_factor,):
+        have = "/".join(map(str, found.replication_factors))
+        out.append(f"replication factor {have} (the stream's: {replication_factor})")
+    for key in sorted(set(configs) | set(found.overrides)):
+        have_value, want = found.overrides.get(key), configs.get(key)
+        if have_value != want:
+            shown = "the cluster's default" if have_value is None else have_value
+            out.append(f"{key}={shown} (the stream's: {want or 'the default'})")
+    return out
+
+
 def validate_bootstrap(bootstrap: str) -> str:
     servers = [s.strip() for s in bootstrap.split(",")]
     if not bootstrap.strip() or len(bootstrap) > 1024:
@@ -201,7 +230,7 @@ class ControlPlaneService:
     def __init__(
         self,
         store: Store,
-        admin_factory: AdminFactory = KafkaAdmin,
+        admin_factory: AdminFactory = ControlPlaneAdmin,
         *,
         kafka_timeout: float = 15.0,
     ) -> None:
@@ -222,8 +251,15 @@ class ControlPlaneService:
 
     # ------------------------------------------------------------------ clusters
     def register_cluster(
-        self, name: str, bootstrap: str, tags: Mapping[str, str] | None = None, actor: str = "api"
+        self,
+        name: str,
+        bootstrap: str,
+        tags: Mapping[str, str] | None = None,
+        actor: str = "api",
+        force: bool = False,
     ) -> ClusterRecord:
+        """Register a cluster. Its bootstrap must answer, and be a Kafka cluster no other
+        name is registered for (by cluster id), unless ``force`` (as ``update_cluster``)."""
         validate_cluster_name(name)
         now = utcnow()
         record = ClusterRecord(
@@ -233,6 +269,14 @@ class ControlPlaneService:
             created_at=now,
             updated_at=now,
         )
+        if not force:
+            try:
+                self.store.get_cluster(name)
+            except NotFound:
+                kafka_id = self._answering_cluster_id(name, record.bootstrap, _NOT_REGISTERED)
+                self._check_registered_once(name, record.bootstrap, kafka_id, _NOT_REGISTERED)
+            else:  # before asking Kafka: the name alone decides
+                raise Conflict(f"cluster {name!r} is already registered")
         detail = {"bootstrap": record.bootstrap, "tags": dict(record.tags)}
         self.store.add_cluster(record, AuditEntry(actor, "cluster.register", None, detail))
         return record
@@ -267,23 +311,56 @@ class ControlPlaneService:
         return record
 
     def _check_same_cluster(self, name: str, current: str, bootstrap: str) -> None:
-        timeout = min(5.0, self._kafka_timeout)
+        new_id = self._answering_cluster_id(name, bootstrap, _NOT_CHANGED)
         try:
-            new_id = self._probe_admin(bootstrap).cluster_id(timeout)
-        except KafkaError as exc:
-            raise ConfigError(
-                f"cluster {name!r}: {bootstrap} does not answer ({exc}); not changed "
-                "(to change it anyway: --force, force=true in the API)"
-            ) from None
-        try:
-            old_id: str | None = self._admin(current).cluster_id(timeout)
+            old_id: str | None = self._admin(current).cluster_id(self._check_timeout)
         except KafkaError:
             old_id = None  # moved away, or down: the new address is all there is
         if old_id is not None and old_id != new_id:
             raise ConfigError(
                 f"cluster {name!r}: {bootstrap} is another Kafka cluster (id {new_id}; "
-                f"{current} is {old_id}); not changed (to change it anyway: --force, "
-                "force=true in the API)"
+                f"{current} is {old_id}); {_NOT_CHANGED}"
+            )
+        self._check_registered_once(name, bootstrap, new_id, _NOT_CHANGED)
+
+    @property
+    def _check_timeout(self) -> float:
+        return min(5.0, self._kafka_timeout)
+
+    def _answering_cluster_id(self, name: str, bootstrap: str, refused: str) -> str:
+        """The Kafka cluster id ``bootstrap`` answers with; a ConfigError (400) ending
+        with ``refused`` if it does not answer."""
+        try:
+            return self._probe_admin(bootstrap).cluster_id(self._check_timeout)
+        except KafkaError as exc:
+            raise ConfigError(
+                f"cluster {name!r}: {bootstrap} does not answer ({exc}); {refused}"
+            ) from None
+
+    def _check_registered_once(
+        self, name: str, bootstrap: str, kafka_id: str, refused: str
+    ) -> None:
+        """A Conflict (409) if another registered name is the Kafka cluster ``kafka_id``.
+        Every other registered cluster is asked for its id, all at once; one that does
+        not answer cannot be compared and is passed over."""
+        others = [c for c in self.store.list_clusters() if c.name != name]
+        if not kafka_id or not others:
+            return
+
+        def id_of(cluster: ClusterRecord) -> str | None:
+            try:
+                return self._admin(cluster.bootstrap).cluster_id(self._check_timeout)
+            except KafkaError:
+                return None
+
+        with ThreadPoolExecutor(min(8, len(others)), thread_name_prefix="cluster-id") as pool:
+            ids = list(pool.map(id_of, others))
+        same = next((c for c, i in zip(others, ids, strict=True) if i == kafka_id), None)
+        if same is not None:
+            raise Conflict(
+                f"cluster {name!r}: {bootstrap} is Kafka cluster {kafka_id}, already "
+                f"registered as {same.name!r} ({same.bootstrap}): one name per Kafka "
+                f"cluster; {refused}"
             )
 
     def _probe_admin(self, bootstrap: str) -> TopicAdmin:
@@ -525,52 +602,67 @@ class ControlPlaneService:
         Returns the ones created (the others were adopted).
 
         ``topics`` are a new epoch's, not in any routing table yet, so no producer knows
-        them: one that exists already, empty and with the partitions wanted, was left by
-        an attempt that died between creating its topics and saving its routing (a
-        control plane killed there made the stream's name, or its failover, unusable
-        until someone deleted the topics by hand): it is adopted. One with records, or
-        other partitions, is a conflict. Another replica's attempt in progress may have
-        made it: the store's compare-and-set lets one of the two save, and the loser
-        deletes only what it created and the winner's table does not hold
-        (``_drop_unsaved``)."""
+        them: one that exists already, empty and exactly as it would be created
+        (partitions, replication factor, topic configs), was left by an attempt that
+        died between creating its topics and saving its routing (a control plane killed
+        there made the stream's name, or its failover, unusable until someone deleted
+        the topics by hand): it is adopted. Any other (one with records, or made by
+        hand with other settings) is a conflict naming what differs: adopting a
+        hand-made topic gave a stream a replication factor and configs it does not
+        have. Another replica's attempt in progress may have made it: the store's
+        compare-and-set lets one of the two save, and the loser deletes only what it
+        created and the winner's table does not hold (``_drop_unsaved``)."""
         admin = self._admin(cluster.bootstrap)
         results = admin.create_topics(topics, timeout=self._kafka_timeout)
-        wanted = {name: partitions for name, partitions, _, _ in topics}
-        adopted = {
-            t
-            for t, e in results.items()
-            if e is not None
-            and e.code == "TOPIC_ALREADY_EXISTS"
-            and self._orphan(admin, t, wanted[t])
-        }
-        for topic in sorted(adopted):
-            log.warning(
-                "adopting topic %s on %s: empty, left by an unsaved change", topic, cluster.name
-            )
         created = [t for t, e in results.items() if e is None]
-        failed = {t: e for t, e in results.items() if e is not None and t not in adopted}
-        if not failed:
+        failed = {
+            t: e for t, e in results.items() if e is not None and e.code != "TOPIC_ALREADY_EXISTS"
+        }
+        refused: dict[str, str] = {}
+        adopted: list[str] = []
+        for topic, partitions, replication_factor, configs in topics:
+            error = results.get(topic)
+            if error is None or error.code != "TOPIC_ALREADY_EXISTS":
+                continue
+            try:
+                found = admin.describe_topic(topic, timeout=self._kafka_timeout)
+                ends = admin.end_offsets(topic, timeout=self._kafka_timeout)
+            except KafkaError as exc:
+                failed[topic] = KafkaError(
+                    f"topic {topic} exists already and could not be described: {exc}",
+                    code=exc.code,
+                    retriable=exc.retriable,
+                )
+                continue
+            differences = topic_differences(found, partitions, replication_factor, configs)
+            if any(ends.values()):
+                differences.insert(0, "it has held records")
+            if differences:
+                refused[topic] = "; ".join(differences)
+            else:
+                adopted.append(topic)
+        if not failed and not refused:
+            for topic in adopted:
+                log.warning(
+                    "adopting topic %s on %s: empty and as the stream would create it "
+                    "(partitions, replication factor, configs), left by an unsaved change",
+                    topic,
+                    cluster.name,
+                )
             return created
         self._delete_quietly(cluster, created)
-        topic, err = sorted(failed.items())[0]
-        message = f"{what}: cluster {cluster.name}: {err}"
-        if err.code == "TOPIC_ALREADY_EXISTS":
+        if refused:
+            topic = min(refused)
             raise Conflict(
-                f"{what}: topic {topic} already exists on cluster {cluster.name} and holds "
-                "records or other partitions (delete it, or use another name)"
+                f"{what}: topic {topic} already exists on cluster {cluster.name} and is not "
+                f"one the stream would create: {refused[topic]} (delete the topic on "
+                f"{cluster.name} and retry)"
             )
+        err = failed[min(failed)]
+        message = f"{what}: cluster {cluster.name}: {err}"
         if err.code in _BAD_REQUEST_CODES:
             raise ConfigError(message)
         raise KafkaError(message, code=err.code, retriable=err.retriable, fatal=err.fatal)
-
-    def _orphan(self, admin: TopicAdmin, topic: str, partitions: int) -> bool:
-        """Whether ``topic`` has exactly ``partitions`` partitions and never held a record."""
-        try:
-            ends = admin.end_offsets(topic, timeout=self._kafka_timeout)
-        except KafkaError as exc:
-            log.warning("could not read the ends of existing topic %s: %s", topic, exc)
-            return False
-        return len(ends) == partitions and not any(ends.values())
 
     def _drop_unsaved(self, cluster: ClusterRecord, stream: str, created: list[str]) -> None:
         """After a failed save: delete the topics this attempt created, except those the

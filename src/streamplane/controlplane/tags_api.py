@@ -10,19 +10,24 @@ Routes (added to the app by ``create_app`` with one ``include_router``):
 | ``GET /v1/clusters/{name}/topics`` | ``?tag=k:v`` | tagged topics |
 | ``POST /v1/clusters/{name}/topics`` | name, partitions, RF, broker_tags | 201 |
 
-A broker's tags are what was stored plus its ``rack`` (from Kafka) as an implicit tag;
-listing brokers asks the cluster which are alive. Creating a topic picks the live
-brokers having every ``broker_tags`` entry and places replicas with the mapper
-(``rebuild(force=True)``: count strategy, rack rule), then creates the topic with that
-explicit assignment. Storage is the ``broker_tags`` / ``topic_tags`` tables (migration 4).
-Kafka is reached through ``app.state.ops_admin_factory`` when set (tests), else
-``KafkaOpsAdmin``.
+A broker's tags are what was stored plus its ``rack`` (its ``broker.rack``, from Kafka)
+as an implicit tag: ``rack`` is reserved, one truth for listing, selection and
+placement. Tags are set only on what the cluster has: a live broker, an existing topic
+(404 otherwise; a cluster that does not answer is a 502 and nothing is stored). Listing
+brokers asks the cluster which are alive. Creating a topic picks the live brokers having
+every ``broker_tags`` entry and places replicas with the mapper (``rebuild(force=True)``:
+count strategy, rack rule), then creates the topic with that explicit assignment; names
+in a stream's namespace (``sp.<stream>.*``, ``core.routing.stream_owning_topic``) are
+the control plane's and refused. Storage is the ``broker_tags`` / ``topic_tags`` tables
+(migration 4). Kafka is reached through ``app.state.ops_admin_factory`` when set
+(tests), else ``KafkaOpsAdmin``.
 """
 
 # FastAPI reads the endpoint annotations at runtime: no ``from __future__ import annotations``.
 import hmac
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import sqlalchemy as sa
@@ -37,7 +42,7 @@ from streamplane.controlplane.service import (
     validate_tags,
     validate_topic_config,
 )
-from streamplane.controlplane.store import AuditEntry, bytewise, utcnow
+from streamplane.controlplane.store import AuditEntry, ClusterRecord, bytewise, utcnow
 from streamplane.core.mapper import (
     Broker,
     BrokerMap,
@@ -46,12 +51,15 @@ from streamplane.core.mapper import (
     RebuildParams,
     rebuild,
 )
-from streamplane.core.routing import validate_cluster_name
-from streamplane.exceptions import ConfigError, Conflict, KafkaError
+from streamplane.core.routing import stream_owning_topic, validate_cluster_name
+from streamplane.exceptions import ConfigError, Conflict, KafkaError, NotFound
 from streamplane.ops.kafka_ops import KafkaOpsAdmin, OpsAdmin
 
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 _TOPIC = re.compile(TOPIC_PATTERN)
+# A broker's rack is its broker.rack, shown as this tag: never stored.
+RACK_TAG = "rack"
+_UNKNOWN_TOPIC_CODES = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "UnknownTopicOrPartitionError"})
 
 _md = sa.MetaData()
 broker_tags = sa.Table(
@@ -170,6 +178,16 @@ def _check_topic(topic: str) -> str:
     return topic
 
 
+def _check_broker_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    tags = validate_tags(tags)
+    if RACK_TAG in tags:
+        raise ConfigError(
+            f"tag {RACK_TAG!r} is reserved: a broker's rack is its broker.rack setting, "
+            "which placement uses and tags show; set broker.rack on the broker instead"
+        )
+    return tags
+
+
 def _stored_broker_tags(svc: ControlPlaneService, cluster: str) -> dict[int, dict[str, str]]:
     with svc.store.engine.connect() as conn:
         rows = conn.execute(broker_tags.select().where(broker_tags.c.cluster == cluster)).all()
@@ -187,16 +205,34 @@ def _put(
             conn.execute(table.update().where(where).values(tags=tags, updated_at=utcnow()))
 
 
-def _live_brokers(request: Request, bootstrap: str, cluster: str) -> dict[int, str | None]:
-    admin = _admin(request, bootstrap)
+@contextmanager
+def _cluster_admin(request: Request, cluster: ClusterRecord) -> Iterator[OpsAdmin]:
+    """The cluster's ``OpsAdmin``, closed afterwards; its failures name the cluster."""
     try:
-        return {b.id: b.rack for b in admin.brokers().values()}
+        admin = _admin(request, cluster.bootstrap)
+        try:
+            yield admin
+        finally:
+            admin.close()
     except KafkaError as exc:
         raise KafkaError(
-            f"cluster {cluster}: {exc}", code=exc.code, retriable=exc.retriable
+            f"cluster {cluster.name}: {exc}", code=exc.code, retriable=exc.retriable
         ) from exc
-    finally:
-        admin.close()
+
+
+def _live_brokers(request: Request, cluster: ClusterRecord) -> dict[int, str | None]:
+    with _cluster_admin(request, cluster) as admin:
+        return {b.id: b.rack for b in admin.brokers().values()}
+
+
+def _require_topic(request: Request, cluster: ClusterRecord, topic: str) -> None:
+    with _cluster_admin(request, cluster) as admin:
+        try:
+            admin.partitions([topic])
+        except KafkaError as exc:
+            if exc.code in _UNKNOWN_TOPIC_CODES:
+                raise NotFound(f"topic {topic} does not exist on cluster {cluster.name}") from None
+            raise
 
 
 tags_router = APIRouter(tags=["tags"])
@@ -205,7 +241,7 @@ tags_router = APIRouter(tags=["tags"])
 @tags_router.put(
     "/v1/clusters/{name}/brokers/{broker_id}/tags",
     response_model=BrokerTagsOut,
-    responses=_errors(400, 401, 403, 404, 422),
+    responses=_errors(400, 401, 403, 404, 422, 502),
 )
 def put_broker_tags(
     request: Request,
@@ -216,27 +252,34 @@ def put_broker_tags(
 ) -> BrokerTagsOut:
     svc = _service(request)
     validate_cluster_name(name)
-    svc.get_cluster(name)
-    tags = validate_tags(body.tags)
+    tags = _check_broker_tags(body.tags)
+    live = _live_brokers(request, svc.get_cluster(name))
+    if broker_id not in live:
+        raise NotFound(
+            f"broker {broker_id} is not a live broker of cluster {name} "
+            f"(live: {', '.join(map(str, sorted(live))) or 'none'})"
+        )
     _put(svc, broker_tags, {"cluster": name, "broker_id": broker_id}, tags)
     detail = {"cluster": name, "broker": broker_id, "tags": tags}
     svc.store.append_audit(AuditEntry(actor, "broker.tags", None, detail))
-    return BrokerTagsOut(cluster=name, broker_id=broker_id, tags=tags)
+    rack = live[broker_id]
+    shown = tags | ({RACK_TAG: rack} if rack else {})
+    return BrokerTagsOut(cluster=name, broker_id=broker_id, rack=rack, tags=shown)
 
 
 @tags_router.put(
     "/v1/clusters/{name}/topics/{topic}/tags",
     response_model=TopicTagsOut,
-    responses=_errors(400, 401, 403, 404, 422),
+    responses=_errors(400, 401, 403, 404, 422, 502),
 )
 def put_topic_tags(
     request: Request, name: ClusterPath, topic: TopicPath, body: TagsIn, actor: Actor
 ) -> TopicTagsOut:
     svc = _service(request)
     validate_cluster_name(name)
-    svc.get_cluster(name)
     tags = validate_tags(body.tags)
-    _put(svc, topic_tags, {"cluster": name, "topic": _check_topic(topic)}, tags)
+    _require_topic(request, svc.get_cluster(name), _check_topic(topic))
+    _put(svc, topic_tags, {"cluster": name, "topic": topic}, tags)
     detail = {"cluster": name, "topic": topic, "tags": tags}
     svc.store.append_audit(AuditEntry(actor, "topic.tags", None, detail))
     return TopicTagsOut(cluster=name, topic=topic, tags=tags)
@@ -279,17 +322,21 @@ def list_broker_tags(
     validate_cluster_name(name)
     cluster = svc.get_cluster(name)
     wanted = parse_tag_filter(tag or [])
-    return [b for b in _brokers(request, svc, name, cluster.bootstrap) if _matches(b.tags, wanted)]
+    return [b for b in _brokers(request, svc, cluster) if _matches(b.tags, wanted)]
 
 
 def _brokers(
-    request: Request, svc: ControlPlaneService, name: str, bootstrap: str
+    request: Request, svc: ControlPlaneService, cluster: ClusterRecord
 ) -> list[BrokerTagsOut]:
-    stored = _stored_broker_tags(svc, name)
+    """The live brokers with their tags: the stored ones, and ``rack`` from Kafka (a
+    ``rack`` stored before the key was reserved is not shown)."""
+    stored = _stored_broker_tags(svc, cluster.name)
     out = []
-    for bid, rack in sorted(_live_brokers(request, bootstrap, name).items()):
-        tags = ({"rack": rack} if rack else {}) | stored.get(bid, {})
-        out.append(BrokerTagsOut(cluster=name, broker_id=bid, rack=rack, tags=tags))
+    for bid, rack in sorted(_live_brokers(request, cluster).items()):
+        tags = {k: v for k, v in stored.get(bid, {}).items() if k != RACK_TAG}
+        if rack:
+            tags[RACK_TAG] = rack
+        out.append(BrokerTagsOut(cluster=cluster.name, broker_id=bid, rack=rack, tags=tags))
     return out
 
 
@@ -305,13 +352,18 @@ def create_placed_topic(
     svc = _service(request)
     validate_cluster_name(name)
     topic = _check_topic(body.name)
+    stream = stream_owning_topic(topic)
+    if stream is not None:
+        raise ConfigError(
+            f"topic name {topic} is reserved: sp.{stream}.* topics belong to stream "
+            f"{stream!r} and only the control plane creates them (streams create, streams "
+            "failover); choose a name outside sp.<stream>.*"
+        )
     validate_topic_config(body.config)
     wanted = validate_tags(body.broker_tags)
     tags = validate_tags(body.tags)
     cluster = svc.get_cluster(name)
-    chosen = [
-        b for b in _brokers(request, svc, name, cluster.bootstrap) if _matches(b.tags, wanted)
-    ]
+    chosen = [b for b in _brokers(request, svc, cluster) if _matches(b.tags, wanted)]
     rf = body.replication_factor
     if len(chosen) < rf:
         raise ConfigError(
@@ -323,17 +375,15 @@ def create_placed_topic(
     seed_map = PartitionMap(Partition(topic, p, tuple(ids[:rf])) for p in range(body.partitions))
     plan = rebuild(seed_map, brokers, RebuildParams(force=True, min_rack_ids=body.min_rack_ids))
     assignment = {p.partition: list(p.replicas) for p in plan.after}
-    admin = _admin(request, cluster.bootstrap)
-    try:
-        admin.create_topic(topic, assignment, body.config)
-    except KafkaError as exc:
-        if exc.code in ("TOPIC_ALREADY_EXISTS", "TopicAlreadyExistsError"):
-            raise Conflict(f"topic {topic} already exists on cluster {name}") from exc
-        if exc.code and ("INVALID" in exc.code.upper() or "Invalid" in exc.code):
-            raise ConfigError(f"cluster {name}: {exc}") from exc
-        raise KafkaError(f"cluster {name}: {exc}", code=exc.code, retriable=exc.retriable) from exc
-    finally:
-        admin.close()
+    with _cluster_admin(request, cluster) as admin:
+        try:
+            admin.create_topic(topic, assignment, body.config)
+        except KafkaError as exc:
+            if exc.code in ("TOPIC_ALREADY_EXISTS", "TopicAlreadyExistsError"):
+                raise Conflict(f"topic {topic} already exists on cluster {name}") from exc
+            if exc.code and ("INVALID" in exc.code.upper() or "Invalid" in exc.code):
+                raise ConfigError(f"cluster {name}: {exc}") from exc
+            raise
     if tags:
         _put(svc, topic_tags, {"cluster": name, "topic": topic}, tags)
     detail = {"cluster": name, "topic": topic, "brokers": ids, "broker_tags": wanted}

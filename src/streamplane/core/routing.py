@@ -89,14 +89,29 @@ def validate_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
     return tuple(lanes)
 
 
+# Every topic of a stream is named ``sp.<stream>.<something>``: the stream's namespace.
+TOPIC_NAMESPACE = "sp"
+
+
 def physical_topic(stream: str, lane: str, epoch: int) -> str:
-    return f"sp.{stream}.{lane}.e{epoch}"
+    return f"{TOPIC_NAMESPACE}.{stream}.{lane}.e{epoch}"
 
 
 def commitlog_topic(stream: str) -> str:
     """The compacted side topic a consumer spills commit-log state to that does not fit
     the commit metadata (one per stream and cluster; deleted with the stream)."""
-    return f"sp.{stream}.__commitlog"
+    return f"{TOPIC_NAMESPACE}.{stream}.__commitlog"
+
+
+def stream_owning_topic(topic: str) -> str | None:
+    """The stream whose namespace ``topic`` is in, or None: ``sp.<stream>.<anything>``,
+    which holds its lanes' segments (``sp.<stream>.<lane>.e<N>``) and its side topics
+    (``sp.<stream>.__commitlog``). Only streamplane names topics there."""
+    namespace, _, rest = topic.partition(".")
+    stream, dot, suffix = rest.partition(".")
+    if namespace == TOPIC_NAMESPACE and dot and suffix and _STREAM_NAME.fullmatch(stream):
+        return stream
+    return None
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,23 @@ class StepResult:
     topic_configs: Mapping[str, Mapping[str, str]]
     cleared: bool
     warnings: tuple[str, ...] = ()
+    """Warnings not given at an earlier step: each is said once, not at every step."""
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """How a removal of the recorded throttles ended: the resources (``broker:3``,
+    ``topic:t``) whose throttles are gone, and those left, still recorded in the state
+    file, with the reason each stays."""
+
+    removed: tuple[str, ...] = ()
+    left: Mapping[str, str] = field(default_factory=dict)
+    running: bool = False
+    """Nothing was removed: reassignments are still running (``finish()``)."""
+
+    def left_text(self) -> str:
+        """``broker 3 (not alive), topic t (...)``: what stays, and why."""
+        return ", ".join(f"{_resource_text(r)} ({why})" for r, why in sorted(self.left.items()))
 
 
 class Autothrottle:
@@ -176,7 +193,10 @@ class Autothrottle:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = lambda _: None,
+        clear_command: str = "streamplane ops throttle --clear",
     ) -> None:
+        """``clear_command``: the command that removes what a cleanup could not (named
+        in the messages, with the options that find this cluster and state file)."""
         params.validate()
         self.admin = admin
         self.params = params
@@ -184,22 +204,24 @@ class Autothrottle:
         self._clock = clock
         self._sleep = sleep
         self._log = log
+        self._clear_command = clear_command
         self._state = ThrottleState(bootstrap)
         self._last: tuple[float, dict[tuple[int, TopicPartition], int]] | None = None
         self._rates: dict[int, ThrottleRates] = {}
-        self._told_unreachable: set[str] = set()
+        self._told_left: Mapping[str, str] = {}
+        self._told_warnings: set[str] = set()
         self._rewrite = False
 
     # ------------------------------------------------------------------ recovery
-    def recover(self) -> list[str]:
-        """Remove throttles recorded by an earlier run (crashed or killed); returns them."""
+    def recover(self) -> Cleanup:
+        """Remove throttles recorded by an earlier run (crashed or killed)."""
         state = ThrottleState.load(self.params.state_file)
         if state is None:
-            return []
+            return Cleanup()
         self._state = state
-        cleared = self._restore_all()
-        self._log(f"recovered {len(cleared)} throttled resource(s) left by an earlier run")
-        return cleared
+        cleanup = self._restore_all()
+        self._log(f"recovered {len(cleanup.removed)} throttled resource(s) left by an earlier run")
+        return cleanup
 
     def take_over(self) -> list[str]:
         """Start: adopt the throttles an earlier run left (``ops apply --no-wait`` or
@@ -216,7 +238,7 @@ class Autothrottle:
         if state is None:
             return []
         if not self.admin.list_reassignments():
-            return self.recover()
+            return list(self.recover().removed)
         self._state = state
         self._rates = {
             int(resource.partition(":")[2]): ThrottleRates(
@@ -233,62 +255,71 @@ class Autothrottle:
         )
         return names
 
-    def clear(self) -> list[str]:
+    def clear(self) -> Cleanup:
         """Remove every throttle this tool set (restoring earlier values); delete the state."""
         return self._restore_all()
 
-    def _restore_all(self) -> list[str]:
-        """Restore every recorded resource of a live broker or topic; returns them.
+    def _restore_all(self) -> Cleanup:
+        """Restore every recorded resource, one at a time, so that one failure (a broker
+        that is not alive, or not reachable) leaves the others removed.
 
-        Resources of brokers that are not alive are kept in the state file (it is only
-        deleted once nothing is left in it), so that a later start removes them."""
-        live = self._live_brokers()
-        changes = []
-        kept: list[str] = []
+        What could not be removed stays recorded in the state file (deleted only once
+        nothing is left in it) for a later start or ``ops throttle --clear``, and is
+        said once."""
+        left: dict[str, str] = {}
+        try:
+            live = self._live_brokers()
+        except KafkaError as exc:
+            live, left = set(), dict.fromkeys(self._state.previous, str(exc))
         for resource, keys in sorted(self._state.previous.items()):
-            kind, _, name = resource.partition(":")
-            if not _reachable(resource, live):
-                kept.append(resource)
+            if resource in left:
                 continue
-            changes.append(_restore_change(kind, name, keys))
-        if changes:
-            self._apply(changes, "remove throttles")
-        names = sorted(set(self._state.previous) - set(kept))
+            if not _reachable(resource, live):
+                left[resource] = "not alive"
+                continue
+            kind, _, name = resource.partition(":")
+            try:
+                self._apply([_restore_change(kind, name, keys)], "remove throttles")
+            except KafkaError as exc:
+                left[resource] = str(exc)
+        removed = tuple(sorted(set(self._state.previous) - set(left)))
         self._state = ThrottleState(
             self.bootstrap,
-            previous={r: self._state.previous[r] for r in kept},
-            current={r: self._state.current[r] for r in kept if r in self._state.current},
+            previous={r: self._state.previous[r] for r in sorted(left)},
+            current={r: self._state.current[r] for r in sorted(left) if r in self._state.current},
         )
         self._rates = {}
-        if kept:
+        cleanup = Cleanup(removed, left)
+        if left:
             self._state.save(self.params.state_file)
-            self._tell_unreachable(kept)
+            self._tell_left(cleanup)
         else:
             with contextlib.suppress(FileNotFoundError):
                 self.params.state_file.unlink()
-        return names
+        return cleanup
+
+    def recorded(self) -> tuple[str, ...]:
+        """The resources whose throttles are recorded (set, or left by a cleanup)."""
+        return tuple(sorted(self._state.previous))
 
     def _live_brokers(self) -> set[int]:
         return set(self.admin.brokers())
 
-    def _tell_unreachable(self, resources: list[str]) -> None:
-        """Say once (not at every step of ``--forever``) which throttles wait for their
-        broker to come back."""
-        if set(resources) == self._told_unreachable:
+    def _tell_left(self, cleanup: Cleanup) -> None:
+        """Say once (not at every step of ``--forever``) which throttles stay, and why."""
+        if cleanup.left == self._told_left:
             return
-        self._told_unreachable = set(resources)
-        ids = ", ".join(r.partition(":")[2] for r in resources)
+        self._told_left = dict(cleanup.left)
         self._log(
-            f"broker(s) {ids} not alive: the throttles set on them stay recorded in "
-            f"{self.params.state_file}; `streamplane ops throttle --clear` removes them "
-            "once they are back"
+            f"throttles stay on {cleanup.left_text()}, recorded in {self.params.state_file}: "
+            f"`{self._clear_command}` removes them (a broker's once it is back)"
         )
 
     # ------------------------------------------------------------------ one step
     def step(self) -> StepResult:
         running = self.admin.list_reassignments()
         if not running:
-            cleared = bool(self._state.previous) and bool(self._restore_all())
+            cleared = bool(self._state.previous) and bool(self._restore_all().removed)
             self._last = None
             return StepResult(0, {}, {}, cleared)
         changes = [_change(r) for r in running.values()]
@@ -303,18 +334,21 @@ class Autothrottle:
         running = [_change(r) for k, r in self.admin.list_reassignments().items() if k not in given]
         return self._set([*changes, *running], {})
 
-    def finish(self) -> bool:
-        """Remove every throttle unless reassignments are still running (those of an
-        earlier run taken over): then they stay, recorded, for ``ops throttle``.
-        Returns whether they were removed."""
+    def finish(self) -> Cleanup:
+        """Remove every throttle unless reassignments are still running (an earlier
+        run's, or copies an apply leaves running): then they stay, recorded, for ``ops
+        throttle``, as they do when it cannot be told whether any is running (a copy is
+        never left unthrottled)."""
         try:
             running = bool(self.admin.list_reassignments())
-        except KafkaError:
-            running = False
+        except KafkaError as exc:
+            left = dict.fromkeys(
+                self._state.previous, f"could not tell whether reassignments run: {exc}"
+            )
+            return Cleanup(left=left)
         if running:
-            return False
-        self.clear()
-        return True
+            return Cleanup(left=dict.fromkeys(self._state.previous, "copying"), running=True)
+        return self.clear()
 
     def _set(
         self, changes: list[ReplicaChange], traffic: Mapping[int, BrokerTraffic]
@@ -337,14 +371,18 @@ class Autothrottle:
         for bid in plan.removals:
             self._rates.pop(bid, None)
         self._write(broker_values, topic_values, live)
-        return StepResult(len(changes), broker_values, topic_values, False, tuple(plan.warnings))
+        fresh = tuple(w for w in dict.fromkeys(plan.warnings) if w not in self._told_warnings)
+        self._told_warnings.update(fresh)
+        return StepResult(len(changes), broker_values, topic_values, False, fresh)
 
     def _measure(self, running: Mapping[TopicPartition, Reassignment]) -> dict[int, BrokerTraffic]:
         now = self._clock()
         sizes: dict[tuple[int, TopicPartition], int] = {}
+        answered: set[int] = set()  # a broker holding nothing yet has traffic 0, not none
         for bid, dirs in self.admin.log_dirs().items():
             if isinstance(dirs, KafkaError):
                 continue
+            answered.add(bid)
             for d in dirs:
                 for key, size in d.sizes.items():
                     sizes[(bid, key)] = max(sizes.get((bid, key), 0), size)
@@ -378,7 +416,6 @@ class Autothrottle:
                 continue
             followers = len([b for b in s.replicas if b != s.leader])
             bytes_out[s.leader] = bytes_out.get(s.leader, 0.0) + growth(s.leader, key) * followers
-        brokers = {b for b, _ in sizes}
         return {
             b: BrokerTraffic(
                 b,
@@ -387,7 +424,7 @@ class Autothrottle:
                 replication_in=rep_in.get(b, 0.0),
                 replication_out=rep_out.get(b, 0.0),
             )
-            for b in sorted(brokers)
+            for b in sorted(answered)
         }
 
     def _write(
@@ -515,6 +552,12 @@ def _reachable(resource: str, live: set[int]) -> bool:
     """Whether a state-file resource can be configured now: a topic, or a live broker."""
     kind, _, name = resource.partition(":")
     return kind != "broker" or int(name) in live
+
+
+def _resource_text(resource: str) -> str:
+    """``broker:3`` -> ``broker 3``."""
+    kind, _, name = resource.partition(":")
+    return f"{kind} {name}"
 
 
 def _kind(kind: str) -> ConfigKind:

@@ -15,9 +15,13 @@ operators do by hand with ``--brokers`` subsets; reorders and shrinks copy nothi
 ride along in the first batch. A batch is done when Kafka no longer lists its
 reassignments and every partition shows exactly the target replicas, all in sync.
 
-Giving up is not cancelling: a batch that outlives ``timeout`` raises
-``ReassignmentTimeout`` and keeps running (Kafka finishes it on its own, ``cancel()``
-stops it), while an interrupt (Ctrl-C, SIGTERM, an error) cancels the batch in flight.
+Only an interrupt (Ctrl-C, SIGTERM: ``KeyboardInterrupt``, ``Terminated``) cancels the
+batch in flight. Anything else that ends an apply leaves it running (Kafka finishes it
+on its own, ``cancel()`` stops it): a batch that outlives ``timeout``
+(``ReassignmentTimeout``), an error (a Kafka call that failed after its retries), and
+partitions that are neither being reassigned nor at their target any more
+(``ReassignmentCancelled``: cancelled by someone else, e.g. another ``ops apply
+--cancel``, or reverted). ``standing()`` then says where each partition of the plan is.
 """
 
 from __future__ import annotations
@@ -31,7 +35,15 @@ from streamplane.core.mapper.models import Partition, PartitionMap, TopicPartiti
 from streamplane.core.mapper.reassignment_json import parse_reassignment_json
 from streamplane.core.throttle import ReplicaChange
 from streamplane.exceptions import ConfigError, KafkaError
+from streamplane.ops.autothrottle import Terminated
 from streamplane.ops.kafka_ops import OpsAdmin, PartitionState
+
+INTERRUPTS = (KeyboardInterrupt, Terminated)
+"""What cancels the batch in flight (Ctrl-C, SIGTERM)."""
+
+REVERT_GRACE_S = 3.0
+"""How long a submitted partition must be seen neither reassigned nor at its target
+before it counts as cancelled elsewhere (not a metadata answer a moment behind)."""
 
 
 class PlanRejected(ConfigError):
@@ -50,6 +62,20 @@ class ReassignmentTimeout(KafkaError):
     def __init__(self, message: str, pending: Collection[TopicPartition] = ()) -> None:
         super().__init__(message)
         self.pending = sorted(pending)
+
+
+class ReassignmentCancelled(KafkaError):
+    """Submitted partitions that are no longer being reassigned and are not at their
+    target: cancelled by someone else (``ops apply --cancel`` in another shell), or
+    reverted. Nothing more is submitted; the rest of the batch is left running."""
+
+    def __init__(self, keys: Collection[TopicPartition]) -> None:
+        self.keys = sorted(keys)
+        super().__init__(
+            f"{_names(self.keys, limit=10)}: no longer being reassigned and not at the "
+            "target replicas: cancelled by someone else (`streamplane ops apply --cancel`?) "
+            "or reverted; later batches not submitted"
+        )
 
 
 @dataclass(frozen=True)
@@ -178,22 +204,36 @@ class Progress:
     running: tuple[TopicPartition, ...]
     destinations: tuple[int, ...]
     elapsed: float
+    down: tuple[int, ...] = ()
+    """Target brokers of partitions still pending that are not alive: they wait for them."""
 
-    def line(self, width: int = 24) -> str:
+    def status(self, width: int = 24) -> str:
+        """The line without the elapsed time: it changes only when something happens."""
         filled = int(width * self.done / self.total) if self.total else width
         bar = "#" * filled + "-" * (width - filled)
         dest = ",".join(map(str, self.destinations)) or "-"
-        return (
+        status = (
             f"[{bar}] {self.done}/{self.total} partitions  batch {self.batch}/{self.batches}  "
-            f"to brokers {dest}  {self.elapsed:.0f}s"
+            f"to brokers {dest}"
         )
+        if self.down:
+            status += f"  waiting for broker(s) {','.join(map(str, self.down))}: not alive"
+        return status
+
+    def line(self, width: int = 24) -> str:
+        return f"{self.status(width)}  {self.elapsed:.0f}s"
 
 
 @dataclass
 class ExecutionReport:
+    submitted: list[TopicPartition] = field(default_factory=list)
+    """Accepted by the cluster."""
     completed: list[TopicPartition] = field(default_factory=list)
     failed: dict[TopicPartition, str] = field(default_factory=dict)
+    """Refused by the cluster."""
     cancelled: list[TopicPartition] = field(default_factory=list)
+    cancel_error: str | None = None
+    """Why cancelling the batch in flight failed (on an interrupt)."""
     elapsed: float = 0.0
 
     @property
@@ -242,41 +282,51 @@ class Executor:
         self._before_submit = before_submit
         self._sleep = sleep
         self._clock = clock
+        self.report = ExecutionReport()
+        """The report of the latest apply, filled in as it goes (also when it raised)."""
+        self._added: dict[TopicPartition, set[int]] = {}
 
     def apply(self, plan: CheckedPlan) -> ExecutionReport:
-        """Run every batch to completion; Ctrl-C cancels the batch in flight and re-raises.
-
-        A batch that times out is not cancelled: ``ReassignmentTimeout`` leaves it (and
-        the batches not yet submitted) as they are.
-        """
+        """Run every batch to completion; an interrupt cancels the batch in flight and
+        is raised again. Any other exception leaves the batch in flight running and the
+        later batches unsubmitted (``standing()`` says where each partition is)."""
         start = self._clock()
-        report = ExecutionReport()
+        self.report = report = ExecutionReport()
         changes = plan.changes()
         if not changes:
             return report
+        self._added = {new.key: set(new.replicas) - set(old.replicas) for old, new in changes}
         if not self.params.wait:
             self._submit([new for _, new in changes], report, plan.current)
             report.elapsed = self._clock() - start
             return report
-        self._added = {new.key: set(new.replicas) - set(old.replicas) for old, new in changes}
         groups = batches(changes, self.params.concurrency)
         total = sum(len(g) for g in groups)
         for n, group in enumerate(groups, 1):
             try:
                 submitted = self._submit(group, report, plan.current)
-                if not submitted:
-                    continue
-                self._wait(submitted, report, n, len(groups), total, start)
-            except ReassignmentTimeout:
-                raise  # given up on, not interrupted: the batch keeps running
-            except BaseException:
-                # Interrupted (SIGTERM, Ctrl-C) while submitting or waiting: a request cut
-                # off mid-flight may still reach the controller, so cancel every key of
-                # the batch and look again for a moment.
-                report.cancelled.extend(self.cancel([p.key for p in group], confirm_s=2.0))
+                if submitted:
+                    self._wait(submitted, report, n, len(groups), total, start)
+            except INTERRUPTS:
+                # A request cut off mid-flight may still reach the controller: cancel
+                # every key of the batch and look again for a moment.
+                try:
+                    report.cancelled.extend(self.cancel([p.key for p in group], confirm_s=2.0))
+                except KafkaError as exc:
+                    report.cancel_error = str(exc)
                 raise
         report.elapsed = self._clock() - start
         return report
+
+    def standing(self, plan: CheckedPlan) -> Standing:
+        """Where each partition of the plan stands, as the cluster says (after an apply
+        ended early); from the report alone if the cluster cannot be read."""
+        try:
+            running = self.admin.list_reassignments()
+            states = self.admin.partitions(set(plan.target.topics()))
+        except KafkaError as exc:
+            return standing_of(plan, self.report, None, {}, error=str(exc))
+        return standing_of(plan, self.report, set(running), states)
 
     def _submit(
         self, group: Sequence[Partition], report: ExecutionReport, current: PartitionMap
@@ -293,6 +343,7 @@ class Executor:
             err = answers.get(p.key)
             if err is None:
                 submitted[p.key] = p
+                report.submitted.append(p.key)
             else:
                 report.failed[p.key] = str(err)
         return submitted
@@ -308,16 +359,24 @@ class Executor:
     ) -> None:
         started = self._clock()
         pending = dict(submitted)
-        added = getattr(self, "_added", {})
-        destinations = tuple(sorted({b for k in submitted for b in added.get(k, ())}))
+        destinations = tuple(sorted({b for k in submitted for b in self._added.get(k, ())}))
+        stray_since: dict[TopicPartition, float] = {}
         while True:
             self._on_poll()
             running = self.admin.list_reassignments()
             states = self.admin.partitions({t for t, _ in pending})
+            live = self.admin.brokers()
+            now = self._clock()
             for key, target in list(pending.items()):
-                if key not in running and _complete(states.get(key), target):
-                    report.completed.append(key)
-                    del pending[key]
+                state = states.get(key)
+                if key in running or _at_target(state, target):
+                    stray_since.pop(key, None)
+                    if key not in running and _complete(state, target):
+                        report.completed.append(key)
+                        del pending[key]
+                else:
+                    stray_since.setdefault(key, now)
+            down = sorted({b for t in pending.values() for b in t.replicas} - set(live))
             self._on_progress(
                 Progress(
                     done=len(report.completed),
@@ -326,12 +385,16 @@ class Executor:
                     batches=batches_total,
                     running=tuple(sorted(pending)),
                     destinations=destinations,
-                    elapsed=self._clock() - start,
+                    elapsed=now - start,
+                    down=tuple(down),
                 )
             )
+            reverted = [k for k, since in stray_since.items() if now - since >= REVERT_GRACE_S]
+            if reverted:
+                raise ReassignmentCancelled(reverted)
             if not pending:
                 return
-            if self.params.timeout is not None and self._clock() - started > self.params.timeout:
+            if self.params.timeout is not None and now - started > self.params.timeout:
                 raise ReassignmentTimeout(
                     f"{len(pending)} partition(s) not reassigned after {self.params.timeout:g}s "
                     f"(e.g. {_name(next(iter(pending)))}); they keep running: "
@@ -360,13 +423,95 @@ class Executor:
             self._sleep(min(0.2, max(0.0, deadline - self._clock())))
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where the partitions of a plan stand when an apply ended (for its message)."""
+
+    done: tuple[TopicPartition, ...] = ()
+    running: tuple[TopicPartition, ...] = ()
+    cancelled: tuple[TopicPartition, ...] = ()
+    """By this apply (an interrupt)."""
+    cancelled_elsewhere: tuple[TopicPartition, ...] = ()
+    """Submitted, then neither reassigned nor at the target: cancelled by someone else."""
+    refused: tuple[TopicPartition, ...] = ()
+    not_submitted: tuple[TopicPartition, ...] = ()
+    unknown: tuple[TopicPartition, ...] = ()
+    error: str | None = None
+    """Why the cluster could not be read (then ``unknown`` lists what it would tell)."""
+
+    def text(self) -> str:
+        parts = [
+            f"{len(keys)} {label} ({_names(keys)})"
+            for label, keys in (
+                ("done", self.done),
+                ("still running", self.running),
+                ("cancelled", self.cancelled),
+                ("cancelled elsewhere", self.cancelled_elsewhere),
+                ("refused", self.refused),
+                ("not submitted", self.not_submitted),
+                ("unknown", self.unknown),
+            )
+            if keys
+        ]
+        text = "reassignments: " + (", ".join(parts) or "none")
+        if self.error:
+            text += f" (the cluster could not be read: {self.error})"
+        return text
+
+
+def standing_of(
+    plan: CheckedPlan,
+    report: ExecutionReport,
+    running: Collection[TopicPartition] | None,
+    states: Mapping[TopicPartition, PartitionState],
+    *,
+    error: str | None = None,
+) -> Standing:
+    """Where each partition of ``plan`` stands, from the reassignments ``running`` and
+    the partition ``states`` the cluster gives (``running`` None: it could not be read,
+    and what only the cluster can tell is unknown)."""
+    sorts: dict[str, list[TopicPartition]] = {}
+    for key, target in sorted((new.key, new) for _, new in plan.changes()):
+        if key in report.failed:
+            kind = "refused"
+        elif running is None:
+            kind = (
+                "done"
+                if key in report.completed
+                else "cancelled"
+                if key in report.cancelled
+                else "unknown"
+                if key in report.submitted
+                else "not_submitted"
+            )
+        elif key in running:
+            kind = "running"
+        elif _at_target(states.get(key), target):
+            kind = "done"
+        elif key in report.cancelled:
+            kind = "cancelled"
+        elif key in report.submitted:
+            kind = "cancelled_elsewhere"
+        else:
+            kind = "not_submitted"
+        sorts.setdefault(kind, []).append(key)
+    return Standing(**{kind: tuple(keys) for kind, keys in sorts.items()}, error=error)
+
+
+def _at_target(state: PartitionState | None, target: Partition) -> bool:
+    return state is not None and set(state.replicas) == set(target.replicas)
+
+
 def _complete(state: PartitionState | None, target: Partition) -> bool:
     return (
-        state is not None
-        and set(state.replicas) == set(target.replicas)
-        and set(target.replicas) <= set(state.isr)
+        state is not None and _at_target(state, target) and set(target.replicas) <= set(state.isr)
     )
 
 
 def _name(key: TopicPartition) -> str:
     return f"{key[0]}-{key[1]}"
+
+
+def _names(keys: Sequence[TopicPartition], limit: int = 3) -> str:
+    shown = ", ".join(_name(k) for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")

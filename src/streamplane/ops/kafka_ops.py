@@ -190,23 +190,32 @@ class KafkaOpsAdmin:
         retry_s: float = 20.0,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
-        from kafka.admin import KafkaAdminClient
-
         self.bootstrap = bootstrap
         self._attempts = max(1, attempts)
         self._retry_s = retry_s
         self._timeout_ms = int(request_timeout_s * 1000)
-        conf: dict[str, Any] = {
+        self._conf: dict[str, Any] = {
             "bootstrap_servers": bootstrap.split(","),
             "client_id": "streamplane-ops",
             "request_timeout_ms": self._timeout_ms,
             "bootstrap_timeout_ms": self._timeout_ms,
             **(extra_config or {}),
         }
+        self._admin = self._connect()
+
+    def _connect(self) -> Any:
+        from kafka.admin import KafkaAdminClient
+
         try:
-            self._admin = KafkaAdminClient(**conf)
+            return KafkaAdminClient(**self._conf)
         except Exception as exc:
-            raise error_from(exc, f"connect to {bootstrap}") from exc
+            raise error_from(exc, f"connect to {self.bootstrap}") from exc
+
+    def _reconnect(self) -> None:
+        """A new client, reading the cluster's metadata as it is now (the old client is
+        closed once the new one is up)."""
+        stale, self._admin = self._admin, self._connect()
+        stale.close()
 
     def close(self) -> None:
         self._admin.close()
@@ -217,31 +226,53 @@ class KafkaOpsAdmin:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``self._admin.<method>(*args, **kwargs)``, retried (bounded) on errors that a
+        moment or fresh metadata may cure. The method is named, not bound, so that a
+        retry after a reconnect goes through the new client.
+
+        - Retriable errors (connection refused included): a broker that just died stays
+          in the cluster's metadata until it is fenced (broker.session.timeout.ms, 9 s by
+          default), and a KRaft cluster may name it as the "controller" that admin
+          requests go to: retried for a while, forgetting the cached controller each time
+          so that it is looked up again.
+        - ``UnknownBrokerIdError``: kafka-python sends a broker's config and log-dir
+          requests to that broker, looked up in the client's own metadata. That metadata
+          dropped a broker that died, and it is read again only every
+          ``metadata_max_age_ms`` (5 minutes), not on this error (which kafka-python
+          does not count as retriable): a broker that came back stays unknown to a
+          long-lived client while the cluster lists it. A new client reads the metadata
+          again; a broker still unknown to ``attempts`` fresh clients is not in the
+          cluster.
+        """
         import kafka.errors as kerr
 
-        # A broker that just died stays in the cluster's metadata until it is fenced
-        # (broker.session.timeout.ms, 9 s by default), and a KRaft cluster may name it as
-        # the "controller" that admin requests go to: retry retriable errors (connection
-        # refused included) for a while, forgetting the cached controller each time so
-        # that it is looked up again.
         deadline = time.monotonic() + self._retry_s
         attempt = 0
         while True:
             try:
-                return fn(*args, **kwargs)
+                return getattr(self._admin, method)(*args, **kwargs)
             except (kerr.KafkaError, OSError, ValueError) as exc:
-                retriable = isinstance(exc, OSError) or bool(getattr(exc, "retriable", False))
                 attempt += 1
-                if not retriable or (attempt >= self._attempts and time.monotonic() > deadline):
+                stale_metadata = isinstance(exc, kerr.UnknownBrokerIdError)
+                retriable = (
+                    stale_metadata
+                    or isinstance(exc, OSError)
+                    or bool(getattr(exc, "retriable", False))
+                )
+                gave_time = stale_metadata or time.monotonic() > deadline
+                if not retriable or (attempt >= self._attempts and gave_time):
                     raise error_from(exc, f"{what} on {self.bootstrap}") from exc
+                if stale_metadata:
+                    self._reconnect()
+                    continue
                 if hasattr(self._admin, "_controller_id"):
                     self._admin._controller_id = None
                 time.sleep(min(0.2 * 2 ** min(attempt, 4), 2.0))
 
     # ------------------------------------------------------------------ metadata
     def brokers(self) -> dict[int, BrokerNode]:
-        desc = self._call("describe cluster", self._admin.describe_cluster)
+        desc = self._call("describe cluster", "describe_cluster")
         return {
             int(b["broker_id"]): BrokerNode(
                 int(b["broker_id"]), str(b["host"]), int(b["port"]), b.get("rack") or None
@@ -256,7 +287,7 @@ class KafkaOpsAdmin:
         names = None if topics is None else sorted(topics)
         if names == []:
             return {}
-        described = self._call("describe topics", self._admin.describe_topics, names)
+        described = self._call("describe topics", "describe_topics", names)
         out: dict[TopicPartition, PartitionState] = {}
         for t in described:
             if t.get("error_code", 0):
@@ -285,7 +316,7 @@ class KafkaOpsAdmin:
             try:
                 answer = self._call(
                     f"describe log dirs of broker {bid}",
-                    self._admin.describe_log_dirs,
+                    "describe_log_dirs",
                     None,
                     [bid],
                 )
@@ -335,7 +366,7 @@ class KafkaOpsAdmin:
         }
         answer = self._call(
             "alter partition reassignments",
-            self._admin.alter_partition_reassignments,
+            "alter_partition_reassignments",
             request,
             self._timeout_ms,
         )
@@ -346,9 +377,7 @@ class KafkaOpsAdmin:
         return out
 
     def list_reassignments(self) -> dict[TopicPartition, Reassignment]:
-        answer = self._call(
-            "list partition reassignments", self._admin.list_partition_reassignments
-        )
+        answer = self._call("list partition reassignments", "list_partition_reassignments")
         out = {
             (tp.topic, tp.partition): Reassignment(
                 tp.topic,
@@ -373,14 +402,14 @@ class KafkaOpsAdmin:
         """
         from kafka.structs import TopicPartition as KafkaTopicPartition
 
-        listed = self._call("list consumer groups", self._admin.list_groups)
+        listed = self._call("list consumer groups", "list_groups")
         groups = sorted({str(g["group_id"]) for g in listed})
         wanted = [KafkaTopicPartition(t, p) for t, n in topics.items() for p in range(n)]
         if not groups or not wanted:
             return {}
         found = self._call(
             "committed offsets",
-            self._admin.list_group_offsets,
+            "list_group_offsets",
             {group: wanted for group in groups},
         )
         out: dict[str, dict[str, dict[int, int]]] = {}
@@ -409,7 +438,7 @@ class KafkaOpsAdmin:
             resources.append(ConfigResource(kind, c.name, configs=configs))
         answer = self._call(
             "alter configs",
-            self._admin.alter_configs,
+            "alter_configs",
             resources,
             False,  # validate_only
             False,  # raise_on_unknown: the broker validates names itself
@@ -437,7 +466,7 @@ class KafkaOpsAdmin:
         for name in sorted(names):
             answer = self._call(
                 f"describe configs of {kind} {name}",
-                self._admin.describe_configs,
+                "describe_configs",
                 [ConfigResource(rtype, str(name))],
             )
             values = answer.get(kind, {}).get(str(name), {})
@@ -459,7 +488,7 @@ class KafkaOpsAdmin:
                 "configs": dict(configs or {}),
             }
         }
-        self._call(f"create topic {name}", self._admin.create_topics, request, self._timeout_ms)
+        self._call(f"create topic {name}", "create_topics", request, self._timeout_ms)
 
 
 def _code_of(result: str) -> str | None:

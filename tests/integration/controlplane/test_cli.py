@@ -137,7 +137,8 @@ def test_streams_round_trip(control_plane: ControlPlaneProcess) -> None:
 
 def test_clusters_commands(control_plane: ControlPlaneProcess, fleet: FleetDescriptor) -> None:
     name = f"c-{uuid.uuid4().hex[:6]}"
-    ok(run_cli(control_plane, "clusters", "add", name, "127.0.0.1:1", "--tag", "env=test"))
+    ok(run_cli(control_plane, "clusters", "add", name, "127.0.0.1:1", "--tag", "env=test",
+               "--force"))  # fmt: skip
     rows = json.loads(ok(run_cli(control_plane, "clusters", "list", "--tag", "env=test", "--json")))
     assert [r["name"] for r in rows] == [name]
     ok(run_cli(control_plane, "clusters", "update", name, "--tag", "zone=z", "--remove-tag", "env"))
@@ -291,7 +292,10 @@ def test_dlq_list_past_the_in_flight_window_and_replay(
     total = 10_050
     producer = Producer(producer_config(fleet.bootstrap("local-a")))
     for i in range(total):
-        headers = [("sp-dlq-lane", b"realtime"), ("sp-dlq-offset", b"%d" % i)]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("sp-dlq-lane", b"realtime"),
+            ("sp-dlq-offset", b"%d" % i),
+        ]
         producer.produce(dlq_topic, b"%d" % i, headers=headers)
     assert producer.flush(60) == 0
 

@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
+from streamplane.controlplane.service import topic_config
 from streamplane.core.routing import RoutingTable, SegmentState, commitlog_topic
 from streamplane.exceptions import (
     Conflict,
@@ -100,9 +101,10 @@ def test_topics_left_by_a_killed_create_are_adopted_unless_written(
     one holding a record is not."""
     name = f"orph-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdmin(fleet.bootstrap("local-a"))
+    configs = topic_config({}, 1_048_576)  # what the stream gives its topics
     left: list[tuple[str, int, int, dict[str, str]]] = [
-        (f"sp.{name}.realtime.e1", 2, 1, {}),
-        (f"sp.{name}.bulk.e1", 2, 1, {}),
+        (f"sp.{name}.realtime.e1", 2, 1, configs),
+        (f"sp.{name}.bulk.e1", 2, 1, configs),
     ]
     assert set(admin.create_topics(left).values()) == {None}
     assert admin.end_offsets(f"sp.{name}.bulk.e1") == {0: 0, 1: 0}
@@ -118,7 +120,7 @@ def test_topics_left_by_a_killed_create_are_adopted_unless_written(
         producer = Producer({"bootstrap.servers": fleet.bootstrap("local-a")})
         producer.produce(topic, b"x")
         assert producer.flush(10) == 0
-        with pytest.raises(Conflict, match="holds records or other partitions"):
+        with pytest.raises(Conflict, match="it has held records"):
             cp.create_stream(written, "local-a", partitions=1)
     admin.delete_topics([topic])
 
@@ -293,7 +295,7 @@ def test_a_cluster_that_does_not_answer_is_a_502_naming_it(
     cluster = f"gone-{uuid.uuid4().hex[:6]}"
     name = f"on-{cluster}"
     with control_plane.client() as cp:
-        cp.register_cluster(cluster, f"127.0.0.1:{free_port()}")
+        cp.register_cluster(cluster, f"127.0.0.1:{free_port()}", {}, force=True)
         try:
             with pytest.raises(ControlPlaneError) as err:
                 cp.create_stream(name, cluster, partitions=1)

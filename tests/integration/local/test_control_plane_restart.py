@@ -17,7 +17,7 @@ def test_a_crashed_control_plane_is_started_again(tmp_path: Path) -> None:
     cp.start()
     try:
         with cp.client() as client:
-            client.register_cluster("kept", "127.0.0.1:1", {"env": "test"})
+            client.register_cluster("kept", "127.0.0.1:1", {"env": "test"}, force=True)
         crashed = cp.pid
         assert crashed is not None
         os.kill(crashed, signal.SIGKILL)  # as a native abort would end it

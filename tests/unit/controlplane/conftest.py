@@ -12,6 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
+from streamplane.controlplane.cluster_io import TopicDescription
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.controlplane.store import Store
 from streamplane.exceptions import KafkaError
@@ -72,6 +73,14 @@ class StubAdmin:
         if self.bootstrap not in self.kafka.cluster_ids:
             raise KafkaError(f"{self.bootstrap}: no broker answered", code="_TRANSPORT")
         return self.kafka.cluster_ids[self.bootstrap]
+
+    def describe_topic(self, topic: str, timeout: float = 10.0) -> TopicDescription:
+        with self.kafka.lock:
+            found = self.kafka.topics.get(self.bootstrap, {}).get(topic)
+        if found is None:
+            raise KafkaError(f"{topic} unknown", code="UNKNOWN_TOPIC_OR_PART")
+        partitions, replication, config = found
+        return TopicDescription(topic, partitions, (replication,), dict(config))
 
     def end_offsets(self, topic: str, timeout: float = 10.0) -> dict[int, int]:
         with self.kafka.lock:

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from streamplane.controlplane.migrations import LATEST_VERSION
+from streamplane.controlplane.service import topic_config
 from streamplane.core.routing import routing_from_json
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import (
@@ -89,6 +90,7 @@ def test_cluster_registry_and_tag_filter(http: TestClient) -> None:
     resp = http.post(
         "/v1/clusters",
         json={"name": "eu-1", "bootstrap": "k1:9092,k2:9092", "tags": {"env": "prod", "zone": "a"}},
+        params={"force": "true"},  # no stub Kafka cluster answers there
         headers=AUTH,
     )
     assert resp.status_code == 201
@@ -96,6 +98,7 @@ def test_cluster_registry_and_tag_filter(http: TestClient) -> None:
     http.post(
         "/v1/clusters",
         json={"name": "eu-2", "bootstrap": "k3:9092", "tags": {"env": "prod", "zone": "b"}},
+        params={"force": "true"},
         headers=AUTH,
     )
 
@@ -319,7 +322,7 @@ def test_existing_topic_with_other_partitions_is_a_conflict(
     kafka.admin("127.0.0.1:19092").create_topics([("sp.orders.bulk.e1", 2, 1, {})])
     resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
     assert resp.status_code == 409
-    assert "holds records or other partitions" in resp.json()["detail"]
+    assert "2 partitions (the stream's: 6)" in resp.json()["detail"]
     assert set(kafka.on("local-a")) == {"sp.orders.bulk.e1"}
 
 
@@ -330,8 +333,9 @@ def test_empty_topics_left_by_a_killed_create_are_adopted(
     left them behind: every later create of the name was a 409 and a delete a 404, until
     someone deleted the topics by hand. Empty, with the partitions wanted, no producer
     can have known them: they are taken."""
+    left = topic_config({}, 1_048_576)  # what the killed create gave them
     kafka.admin("127.0.0.1:19092").create_topics(
-        [("sp.orders.realtime.e1", 6, 1, {}), ("sp.orders.bulk.e1", 6, 1, {})]
+        [("sp.orders.realtime.e1", 6, 1, left), ("sp.orders.bulk.e1", 6, 1, left)]
     )
     resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
     assert resp.status_code == 201, resp.text

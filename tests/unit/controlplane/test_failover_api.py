@@ -24,7 +24,7 @@ from streamplane.controlplane.failover_runtime import (
     FailoverSettings,
 )
 from streamplane.controlplane.leadership import SingleReplica
-from streamplane.controlplane.service import ControlPlaneService
+from streamplane.controlplane.service import ControlPlaneService, topic_config
 from streamplane.core.failover import ClusterHealth
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka, create_stream
@@ -333,7 +333,7 @@ def test_bogus_cluster_never_moves_other_streams(
     clock: Clock,
 ) -> None:
     create_stream(fhttp, "orders")
-    service.register_cluster("bogus", "127.0.0.1:1", {})
+    service.register_cluster("bogus", "127.0.0.1:1", {}, force=True)
     io.down.add("127.0.0.1:1")
     runtime.probe_once("local-a")
     runtime.probe_once("local-b")
@@ -623,8 +623,9 @@ def test_empty_topics_left_by_a_killed_failover_are_adopted(
     them behind, and every failover of the stream (the health loop's too, silently)
     failed on "topic ... already exists" until they were deleted by hand."""
     create_stream(fhttp)
+    left = topic_config({}, 1_048_576)  # what the killed failover gave them
     kafka.admin(BOOTSTRAPS["local-b"]).create_topics(
-        [("sp.orders.realtime.e2", 6, 1, {}), ("sp.orders.bulk.e2", 6, 1, {})]
+        [("sp.orders.realtime.e2", 6, 1, left), ("sp.orders.bulk.e2", 6, 1, left)]
     )
     moved = failover(fhttp)
     assert moved["epoch"] == 2

@@ -10,15 +10,20 @@ from streamplane.cli import control_plane as cli_module
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.exceptions import ConfigError
 from streamplane.local.fleet import FleetDescriptor
+from tests.unit.controlplane.conftest import StubKafka
 
 
 def test_refreshing_keeps_the_users_tags(
-    service: ControlPlaneService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    service: ControlPlaneService,
+    kafka: StubKafka,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """A restart's import gives the new bootstrap and keeps the tags a user set (env was
     reset to local at every restart)."""
     service.update_cluster("local-a", None, {"env": "staging", "team": "infra"})
     fleet = [("local-a", "127.0.0.1:29092"), ("local-c", "127.0.0.1:29093")]
+    kafka.cluster_ids["127.0.0.1:29093"] = "id-local-c"  # a new cluster is registered if it answers
     monkeypatch.setattr(cli_module, "local_fleet_clusters", lambda _data_dir: fleet)
     assert cli_module.import_local_fleet(service, tmp_path) == ["local-a", "local-c"]
     refreshed = service.get_cluster("local-a")

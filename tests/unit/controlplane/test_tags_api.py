@@ -23,7 +23,9 @@ BASE = "/v1/clusters/local-a"
 
 @pytest.fixture
 def stub() -> StubOpsAdmin:
-    return StubOpsAdmin.cluster({1: "a", 2: "b", 3: "c", 4: "a", 5: "b"}, {("old", 0): (1, 2)})
+    return StubOpsAdmin.cluster(
+        {1: "a", 2: "b", 3: "c", 4: "a", 5: "b"}, {("old", 0): (1, 2), ("other", 0): (3,)}
+    )
 
 
 @pytest.fixture

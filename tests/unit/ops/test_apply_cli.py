@@ -143,7 +143,9 @@ def test_sigterm_cancels_clears_and_exits_143(
     state = tmp_path / "state.json"
     result = cli("ops", "apply", str(plan), *FAST, *THROTTLED, "--state-file", str(state), "--yes")
     assert result.code == 143, result.err
-    assert "received SIGTERM: the batch in flight cancelled, throttles removed" in result.err
+    assert (
+        "received SIGTERM: reassignments: 1 cancelled (orders-0); throttles removed" in result.err
+    )
     assert admin.running == {} and admin.replicas[("orders", 0)] == (1, 2, 3)
     assert admin.throttle_configs() == {} and not state.exists()
 
