@@ -41,6 +41,7 @@ from streamplane.core.mapper import (
     rebuild,
     scale,
 )
+from streamplane.core.text import human_bytes
 from streamplane.core.throttle import ReplicaChange, ThrottleLimits
 from streamplane.exceptions import ConfigError, KafkaError, StreamplaneError
 from streamplane.ops.autothrottle import (
@@ -295,22 +296,13 @@ def show_plan(plan_: Plan, as_json: bool) -> None:
     before, after = plan_.storage_stats()
     if before.count:
         click.echo(
-            f"free storage range {_human(before.range)} -> {_human(after.range)}, "
-            f"stdev {_human(int(before.stdev))} -> {_human(int(after.stdev))}"
+            f"free storage range {human_bytes(before.range)} -> {human_bytes(after.range)}, "
+            f"stdev {human_bytes(int(before.stdev))} -> {human_bytes(int(after.stdev))}"
         )
     if plan_.tolerance is not None:
         click.echo(f"tolerance {plan_.tolerance:g}")
     for w in plan_.warnings:
         click.echo(f"warning: {w}", err=True)
-
-
-def _human(value: int) -> str:
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{size:.1f}TiB"
 
 
 def apply_checked(
@@ -936,8 +928,9 @@ def throttle(
 ) -> None:
     """Throttle replication while reassignments run; remove every throttle afterwards.
 
-    Starts by removing throttles a killed run left (its state file); exits once no
-    reassignment is running (unless --forever), on SIGTERM or Ctrl-C, always clearing.
+    Starts from the throttles a killed run left (its state file): taken over while
+    reassignments run, removed if none does. Exits once no reassignment is running
+    (unless --forever), on SIGTERM or Ctrl-C, always clearing.
     """
     bs = resolve_bootstrap(bootstrap, cluster, url, token)
     if capacity_ is None and not clear_only:
