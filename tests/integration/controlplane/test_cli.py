@@ -259,8 +259,9 @@ def test_serve_writes_a_token_file_and_imports_the_local_fleet(
         rows = json.loads(ok(listed))
         assert {r["name"] for r in rows} == set(fleet.clusters)
         assert all(r["tags"] == {"env": "local"} for r in rows)
-        added = subprocess.run(
-            [*CLI, "clusters", "add", "extra", "127.0.0.1:2", "--url", f"http://127.0.0.1:{port}"],
+        url = f"http://127.0.0.1:{port}"
+        added = subprocess.run(  # the token file is found (nothing answers there: forced)
+            [*CLI, "clusters", "add", "extra", "127.0.0.1:2", "--force", "--url", url],
             capture_output=True,
             text=True,
             cwd=tmp_path,
