@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -18,7 +20,7 @@ from streamplane.cli.output import progress, table
 from streamplane.client.producer import StreamProducer
 from streamplane.exceptions import ConfigError
 from streamplane.pipeline.generator import generate as generate_records
-from streamplane.pipeline.generator import produce
+from streamplane.pipeline.generator import produce, random_seed
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -88,7 +90,10 @@ def telemetry(
     url: str,
     token: str | None,
 ) -> None:
-    """Parse, validate (bad -> dlq lane), enrich and store telemetry events in Delta tables."""
+    """Parse, validate (bad -> dlq lane), enrich and store telemetry events in Delta tables.
+
+    Prints a line per micro-batch (records, stored, dead letters, duplicates, seconds)
+    on stderr, and the store's summary at the end."""
     from streamplane.cli.connection import read_token_file
     from streamplane.pipeline.source import preflight_read
     from streamplane.pipeline.spark import build_session
@@ -114,7 +119,7 @@ def telemetry(
         master=master or None,
         small=bool(master.startswith("local")),
     )
-    job = TelemetryJob(spark, config)
+    job = TelemetryJob(spark, config, on_batch=lambda report: progress(report.line()))
     try:
         query = job.start(available_now=available_now)
         where = master or "the spark-submit master"
@@ -126,6 +131,9 @@ def telemetry(
     finally:
         job.close()
         spark.stop()
+
+
+_MIN_WAIT_S = 0.001  # the shortest wait PySpark's awaitTermination can send
 
 
 def _run_until_stopped(query: StreamingQuery, duration: float | None) -> None:
@@ -145,8 +153,10 @@ def _run_until_stopped(query: StreamingQuery, duration: float | None) -> None:
         deadline = None if duration is None else time.monotonic() + duration
         while not interrupted.is_set():
             wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
-            # Seconds as a float work (milliseconds are sent); the stub says int.
-            if wait <= 0 or query.awaitTermination(wait):  # type: ignore[arg-type]
+            # PySpark sends int(wait * 1000) milliseconds, and Spark refuses 0 ("Timeout
+            # has to be positive"): less than a millisecond left is the end. Seconds as
+            # a float work; the stub says int.
+            if wait < _MIN_WAIT_S or query.awaitTermination(wait):  # type: ignore[arg-type]
                 break
         query.stop()
     finally:
@@ -155,7 +165,9 @@ def _run_until_stopped(query: StreamingQuery, duration: float | None) -> None:
 
 def _check_directory(path: Path | None, option: str) -> None:
     """A directory the job can create or write into (Spark's own error is a long Java
-    stack trace)."""
+    stack trace). Checked by creating and removing a directory in its nearest existing
+    ancestor: permission bits say nothing to root (``os.access`` passes ``/proc``),
+    nor about read-only mounts."""
     if path is None:
         return
     existing = path.resolve()
@@ -163,8 +175,12 @@ def _check_directory(path: Path | None, option: str) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise click.BadParameter(f"{existing} is not a directory", param_hint=option)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"{existing} is not writable", param_hint=option)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamplane-write-check-", dir=existing))
+    except OSError as exc:
+        raise click.BadParameter(
+            f"{existing} is not writable ({exc.strerror or exc})", param_hint=option
+        ) from None
 
 
 @click.command("generate")
@@ -173,7 +189,13 @@ def _check_directory(path: Path | None, option: str) -> None:
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("--poison-ratio", type=float, default=0.005, show_default=True)
 @click.option("--duplicate-ratio", type=float, default=0.0, show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Seed of the events and their ids (default: a new random one per run, printed). "
+    "The same seed sends the same event ids again, which the event store keeps once.",
+)
 @click.option(
     "--summary",
     "summary_path",
@@ -188,12 +210,14 @@ def generate(
     duration: float,
     poison_ratio: float,
     duplicate_ratio: float,
-    seed: int,
+    seed: int | None,
     summary_path: Path | None,
     url: str,
     token: str | None,
 ) -> None:
-    """Produce realistic telemetry events (logs, metrics, spans) with poison pills."""
+    """Produce realistic telemetry events (logs, metrics, spans) with poison pills.
+
+    Each run has its own event ids unless --seed repeats an earlier run."""
     if rate <= 0:
         raise click.BadParameter("must be positive", param_hint="--rate")
     if duration <= 0:
@@ -209,9 +233,14 @@ def generate(
         except OSError as exc:
             raise ConfigError(f"cannot write the summary to {summary_path}: {exc}") from exc
     count = max(1, int(rate * duration))
+    if seed is None:
+        seed = random_seed()
     with connect(url, token) as client, StreamProducer(stream, client) as producer:
         lanes = producer.routing.lanes
-        progress(f"producing {count} events to {stream} at {rate:g}/s")
+        progress(
+            f"producing {count:,} events to {stream} at {rate:g}/s "
+            f"(seed {seed}: --seed {seed} sends this run again)"
+        )
         started = time.monotonic()
         truth = produce(
             producer,
@@ -219,6 +248,7 @@ def generate(
             rate=rate,
             duplicate_ratio=duplicate_ratio,
             seed=seed,
+            on_progress=_sending_progress(count, started),
         )
         elapsed = time.monotonic() - started
     summary = {"stream": stream, "seed": seed, "seconds": round(elapsed, 3), **truth.summary()}
@@ -229,3 +259,21 @@ def generate(
             raise ConfigError(f"cannot write the summary to {summary_path}: {exc}") from exc
     shown = {k: v for k, v in summary.items() if k != "poison_keys"}
     click.echo(json.dumps(shown, indent=2))
+
+
+PROGRESS_EVERY_S = 5.0
+
+
+def _sending_progress(total: int, started: float) -> Callable[[int], None]:
+    """``produce``'s per-record callback: a line every ``PROGRESS_EVERY_S`` seconds."""
+    next_line = started + PROGRESS_EVERY_S
+
+    def report(sent: int) -> None:
+        nonlocal next_line
+        now = time.monotonic()
+        if now < next_line or sent >= total:
+            return
+        next_line = now + PROGRESS_EVERY_S
+        progress(f"sent {sent:,} of {total:,} events ({sent / (now - started):,.0f}/s)")
+
+    return report

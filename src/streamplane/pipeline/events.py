@@ -9,8 +9,11 @@ Three kinds of JSON events share a header (schemas in docs/pipeline.md):
 - a span adds ``trace_id``, ``span_id``, optional ``parent_id``, ``name``,
   ``duration_ms`` (number >= 0) and ``status`` (``ok`` | ``error``).
 
-``validate`` turns one record value into an ``Event`` or a reason; ``parse_batch``
-does it for an Arrow batch of the source's rows (the telemetry job runs it through
+``validate`` turns one record value into an ``Event`` or raises ``Invalid`` with the
+reason, and nothing else: whatever the bytes (not UTF-8, not JSON, nested past the
+parser's depth, numbers past a float's range, strings that cannot be encoded), the
+record is a poison pill, never an error that stops the job. ``parse_batch`` does it
+for an Arrow batch of the source's rows (the telemetry job runs it through
 ``mapInArrow``, so Spark and the unit tests share one validator). ``reference_rollups``
 computes the rollups the job must produce, from valid events: the tests compare
 them with the tables.
@@ -64,6 +67,18 @@ class Invalid(ValueError):
     """A record that is not a valid telemetry event; the message is the dlq reason."""
 
 
+def _encodable(name: str, value: str) -> str:
+    """``value``, which must be storable as UTF-8: JSON's ``\\ud800`` escapes decode to
+    lone surrogates, which no UTF-8 encoder (Arrow's included) takes."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Invalid(
+            f"field {name!r} is not valid Unicode: a lone surrogate at character {exc.start}"
+        ) from None
+    return value
+
+
 def _text(doc: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
     value = doc.get(name)
     if value is None:
@@ -72,9 +87,9 @@ def _text(doc: Mapping[str, Any], name: str, *, required: bool = True) -> str | 
         return None
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"field {name!r} must be a non-empty string")
-    if len(value) > MAX_ID_CHARS and name not in ("message",):
+    if len(value) > MAX_ID_CHARS:
         raise Invalid(f"field {name!r} is longer than {MAX_ID_CHARS} characters")
-    return value
+    return _encodable(name, value)
 
 
 def _number(doc: Mapping[str, Any], name: str) -> float:
@@ -83,14 +98,26 @@ def _number(doc: Mapping[str, Any], name: str) -> float:
         raise Invalid(f"missing field {name!r}")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise Invalid(f"field {name!r} must be a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise Invalid(f"field {name!r} is too large for a number") from None
     if not math.isfinite(number):
         raise Invalid(f"field {name!r} must be finite")
     return number
 
 
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:  # ``[[[[…`` deeper than the parser's recursion limit
+        raise Invalid("malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # includes integers past Python's 4,300-digit limit
+        raise Invalid(f"malformed JSON: {exc}") from None
+
+
 def validate(value: bytes | str | None) -> Event:
-    """The event in ``value``, or ``Invalid`` with the reason."""
+    """The event in ``value``, or ``Invalid`` with the reason (and no other exception)."""
     if value is None:
         raise Invalid("empty record")
     if isinstance(value, bytes):
@@ -100,10 +127,7 @@ def validate(value: bytes | str | None) -> Event:
             value = value.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise Invalid(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    try:
-        doc = json.loads(value)
-    except ValueError as exc:
-        raise Invalid(f"malformed JSON: {exc}") from None
+    doc = _load_json(value)
     if not isinstance(doc, dict):
         raise Invalid("not a JSON object")
     event_id = _text(doc, "event_id")
@@ -134,7 +158,7 @@ def validate(value: bytes | str | None) -> Event:
         message = doc.get("message", "")
         if not isinstance(message, str):
             raise Invalid("field 'message' must be a string")
-        return Event(**base, level=level, message=message)
+        return Event(**base, level=level, message=_encodable("message", message))
     if kind == "metric":
         return Event(
             **base,
@@ -195,6 +219,22 @@ def parsed_arrow_schema() -> Any:
     return pa.schema([(n, types.get(n, pa.string())) for n in names])
 
 
+MAX_REASON_CHARS = 500
+
+
+def event_or_reason(value: bytes | str | None) -> Event | str:
+    """The event in ``value``, or why it is a poison pill (storable text, at most
+    ``MAX_REASON_CHARS``). Total: one bad record must never stop the job, so an error
+    ``validate`` did not foresee is a reason too."""
+    try:
+        return validate(value)
+    except Invalid as exc:
+        reason = str(exc)
+    except Exception as exc:  # anything else is a poison pill as well
+        reason = f"cannot be validated: {type(exc).__name__}: {exc}"
+    return reason.encode("utf-8", "backslashreplace").decode("utf-8")[:MAX_REASON_CHARS]
+
+
 def parse_batch(batch: Any) -> Any:
     """Source rows (an Arrow batch with ``SOURCE_COLUMNS``) -> parsed rows with a reason."""
     import pyarrow as pa
@@ -203,12 +243,11 @@ def parse_batch(batch: Any) -> Any:
     values = batch.column("value").to_pylist()
     columns: dict[str, list[Any]] = {name: [] for name in (*_EVENT_FIELDS, "reason")}
     for value in values:
-        try:
-            ev = validate(value)
-        except Invalid as exc:
+        ev = event_or_reason(value)
+        if isinstance(ev, str):
             for name in _EVENT_FIELDS:
                 columns[name].append(None)
-            columns["reason"].append(str(exc)[:500])
+            columns["reason"].append(ev)
             continue
         row = ev.__dict__
         for name in _EVENT_FIELDS:

@@ -2,8 +2,11 @@
 
 ``generate(...)`` is pure and deterministic for a seed: a stream of ``GeneratedRecord``
 (key = event id, JSON value, lane, and the ``Event`` it encodes, or the kind of poison
-it is). ``produce(...)`` sends them through ``StreamProducer`` at a steady rate and
-returns the ``GroundTruth``; ``streamplane generate`` writes its summary as JSON.
+it is). Event ids are ``<seed in hex>-<index>``: two runs with one seed send the same
+ids, which the event store keeps once, so every run that is not a deliberate repeat
+needs its own seed (``random_seed()``, what ``streamplane generate`` uses by default).
+``produce(...)`` sends them through ``StreamProducer`` at a steady rate and returns the
+``GroundTruth``; ``streamplane generate`` writes its summary as JSON.
 
 Distributions: services have Zipf-like traffic shares, each with a few hosts; log
 levels are mostly info (debug 15%, warn 8%, error 4%); metric values depend on the
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -179,16 +183,22 @@ def _lane(doc: dict[str, Any], lanes: Sequence[str]) -> str:
     return lanes[0]
 
 
+def random_seed() -> int:
+    """A seed for a run of its own: 48 random bits, so event ids of two runs do not meet."""
+    return secrets.randbits(48)
+
+
 def generate(
     count: int,
     *,
-    seed: int = 1,
+    seed: int,
     poison_ratio: float = 0.0,
     rate: float = 1000.0,
     start_ms: int | None = None,
     lanes: Sequence[str] = ("realtime", "bulk"),
 ) -> Iterator[GeneratedRecord]:
-    """``count`` records, deterministic for ``seed`` (and ``start_ms``)."""
+    """``count`` records, deterministic for ``seed`` (and ``start_ms``); the event ids
+    are ``f"{seed:x}-{index:08d}"``."""
     rng = random.Random(seed)
     start = int(time.time() * 1000) if start_ms is None else start_ms
     step = 1000.0 / rate

@@ -129,8 +129,8 @@ def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:
             close = difflib.get_close_matches(str(given).lower(), list(by_lower), n=1)
             hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
             raise ConfigError(
-                f"the streamplane source has no option {given!r}{hint}; its options: "
-                f"{', '.join(known)}"
+                f"the streamplane source has no option {given!r}{hint}; its options "
+                f"(names are case-insensitive: Spark passes them lower-cased): {', '.join(known)}"
             )
 
 

@@ -29,20 +29,21 @@ Every micro-batch (``foreachBatch``):
    Recomputing from the stored events (not adding to old totals) keeps them exact
    across replays and late events; ``rollup_views`` splits the table in three;
 5. the batch's counts are appended to ``batches`` with Delta's idempotent-write
-   options (``txnAppId`` = the job, ``txnVersion`` = the batch id): a replay is skipped.
+   options (``txnAppId`` = the query, ``txnVersion`` = the batch id): a replay is skipped.
 
-A replayed micro-batch (driver restart from the checkpoint) does all of this again
-with the same offsets and changes nothing. Tables live under ``--warehouse`` as Delta
-tables (``<warehouse>/<table>``).
+Every Delta write of a batch is keyed by the streaming query's id (Spark's, kept in the
+checkpoint: the same across restarts of one checkpoint, new for a new checkpoint, even
+at the same path) and the batch id. A replayed micro-batch (driver restart from the
+checkpoint) does all of this again with the same offsets and changes nothing. Tables
+live under ``--warehouse`` as Delta tables (``<warehouse>/<table>``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,10 @@ log = logging.getLogger(__name__)
 # in the table's log and is skipped when that version was recorded before.
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+# Spark sets this local property on the thread that runs a streaming query's micro-batches
+# (``foreachBatch`` included): the query's id, which Spark keeps in the checkpoint
+# (``<checkpoint>/metadata``).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 TABLES = ("events", "dead_letters", "rollups", "batches")
 ROLLUPS = ("log_counts", "metric_rollups", "span_latency")
@@ -94,9 +99,11 @@ _SCHEMAS = {
         "sum double, min double, max double, avg double, errors long, p50 double, "
         "p95 double, p99 double"
     ),
+    # ``replayed``: valid events of a batch replayed after a crash whose MERGE Delta had
+    # committed already (not duplicates: they were sent once).
     "batches": (
         "app_id string, batch_id long, rows long, valid long, invalid long, inserted long, "
-        "duplicates long, dlq_sent long, processed_at timestamp"
+        "duplicates long, replayed long, dlq_sent long, processed_at timestamp"
     ),
 }
 
@@ -157,19 +164,54 @@ def _exists(spark: Any, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did: a row of ``batches`` and the job's progress line."""
+
+    batch_id: int
+    rows: int = 0
+    valid: int = 0
+    invalid: int = 0
+    inserted: int = 0
+    duplicates: int = 0  # valid events already stored or twice in the batch: dropped
+    replayed: int = 0  # valid events of a replay whose MERGE was committed before the crash
+    dlq_sent: int = 0
+    seconds: float = 0.0
+    skipped: bool = False  # recorded in ``batches`` already: nothing was done
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"batch {self.batch_id}: stored already (a replay), skipped"
+        replayed = f", {self.replayed:,} replayed" if self.replayed else ""
+        return (
+            f"batch {self.batch_id}: {self.rows:,} records, {self.inserted:,} stored, "
+            f"{self.invalid:,} dead letters, {self.duplicates:,} duplicates{replayed}, "
+            f"{self.seconds:.1f}s"
+        )
+
+
 def dimension_frame(spark: Any) -> Any:
     return spark.createDataFrame(list(DIM_SERVICES), "service string, team string, tier string")
 
 
 class TelemetryJob:
-    """Builds and runs the streaming query; ``process_batch`` is the foreachBatch body."""
+    """Builds and runs the streaming query; ``process_batch`` is the foreachBatch body.
 
-    def __init__(self, spark: Any, config: TelemetryConfig) -> None:
+    ``on_batch`` is called with each micro-batch's ``BatchReport`` (the CLI prints it).
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        config: TelemetryConfig,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
         self.spark = spark
         self.config = config
+        self.on_batch = on_batch
         self.stats = {
-            "batches": 0, "rows": 0, "inserted": 0, "duplicates": 0, "dlq_sent": 0,
-            "replays_skipped": 0,
+            "batches": 0, "rows": 0, "inserted": 0, "duplicates": 0, "replayed": 0,
+            "dlq_sent": 0, "replays_skipped": 0,
         }  # fmt: skip
         # Seconds spent in each step of the last micro-batch (for logs and benchmarks).
         self.timings: dict[str, float] = {}
@@ -177,8 +219,10 @@ class TelemetryJob:
         self._client: ControlPlaneClient | None = None
         self._dim: Any = None
         self._dead: set[tuple[Any, ...]] | None = None
+        # The idempotence key of the query being run (``app_id``) and the highest batch
+        # id it has recorded; both follow the query that runs the batch.
+        self._app_id: str | None = None
         self._done_through: int | None = None
-        self._app_id = app_id(config)
 
     # -------------------------------------------------------------- life cycle
     def prepare(self) -> None:
@@ -226,16 +270,27 @@ class TelemetryJob:
     # -------------------------------------------------------------- the batch
     def process_batch(self, batch: Any, batch_id: int) -> None:
         """One micro-batch; a batch id this query has already recorded is skipped."""
+        started = time.monotonic()
+        report = self._process(batch, batch_id)
+        if report is None:
+            return
+        report = replace(report, seconds=time.monotonic() - started)
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    def _process(self, batch: Any, batch_id: int) -> BatchReport | None:
+        """The batch's work; ``None`` for an empty batch."""
         from pyspark.sql import functions as F
 
         if self._dim is None:
             self.prepare()
+        self._follow_query()
         if self.done(batch_id):
             # A replay after a driver restart (Spark re-runs the last planned batch when
             # the driver died before committing it): everything is stored already.
             log.info("batch %d of %s already stored: skipped", batch_id, self._app_id)
             self.stats["replays_skipped"] += 1
-            return
+            return BatchReport(batch_id, skipped=True)
         timings: dict[str, float] = {}
         clock = _Clock(timings)
         parsed = batch.mapInArrow(parse_batches, PARSED_SCHEMA_DDL).persist()
@@ -252,12 +307,19 @@ class TelemetryJob:
             clock.lap("read")
             rows, valid_count = int(head["rows"]), int(head["valid"])
             if rows == 0:
-                return
+                return None
             invalid_count = rows - valid_count
-            inserted = 0
+            inserted = replayed = 0
             # The events first: their store time is the pipeline's latency.
             if valid_count:
-                inserted = self._merge_events(self._fresh(parsed.where(is_valid)), batch_id)
+                fresh = self._fresh(parsed.where(is_valid))
+                merged = self._merge_events(fresh, batch_id)
+                if merged is None:
+                    # Delta skipped the MERGE: this batch stored its events before the
+                    # driver died. They are replays, not duplicates.
+                    replayed = fresh.count()
+                else:
+                    inserted = merged
                 clock.lap("merge")
             dlq_sent = 0
             if invalid_count:
@@ -266,27 +328,52 @@ class TelemetryJob:
             if valid_count:
                 self._rollups(_minute_ms(head["first"]), _minute_ms(head["last"]), batch_id)
                 clock.lap("rollups")
-            duplicates = valid_count - inserted
-            self._record_batch(batch_id, rows, valid_count, invalid_count, inserted, duplicates,
-                               dlq_sent)  # fmt: skip
+            report = BatchReport(
+                batch_id,
+                rows=rows,
+                valid=valid_count,
+                invalid=invalid_count,
+                inserted=inserted,
+                duplicates=valid_count - inserted - replayed,
+                replayed=replayed,
+                dlq_sent=dlq_sent,
+            )
+            self._record_batch(report)
             clock.lap("record")
             self._done_through = batch_id
             self.stats["batches"] += 1
-            self.stats["rows"] += rows
-            self.stats["inserted"] += inserted
-            self.stats["duplicates"] += duplicates
-            self.stats["dlq_sent"] += dlq_sent
+            for name in ("rows", "inserted", "duplicates", "replayed", "dlq_sent"):
+                self.stats[name] += getattr(report, name)
+            return report
         finally:
             parsed.unpersist()
             self.timings = timings
             log.info("batch %d: %s", batch_id,
                      ", ".join(f"{k} {v:.2f}s" for k, v in timings.items()))  # fmt: skip
 
-    def done(self, batch_id: int) -> bool:
-        """Whether this query (checkpoint) has recorded ``batch_id`` in ``batches``.
+    def _follow_query(self) -> None:
+        """Key this batch's writes by the streaming query running it.
 
-        Read from the table once per job (a restarted driver learns where it was), then
-        kept in memory.
+        The query id is Spark's: kept in the checkpoint, the same for every restart of
+        it, new for a new checkpoint (even at the same path, whose batch ids start at 0
+        again: keyed by the path, they were taken for the old query's and skipped).
+        """
+        query_id = self.spark.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query_id:
+            raise RuntimeError(
+                "process_batch runs as a streaming query's foreachBatch: "
+                f"no {QUERY_ID_PROPERTY} on this thread"
+            )
+        current = app_id(self.config.stream, query_id)
+        if current != self._app_id:
+            self._app_id = current
+            self._done_through = None
+
+    def done(self, batch_id: int) -> bool:
+        """Whether the running query has recorded ``batch_id`` in ``batches``.
+
+        Read from the table once per query (a restarted driver learns where it was),
+        then kept in memory.
         """
         from pyspark.sql import functions as F
 
@@ -320,8 +407,9 @@ class TelemetryJob:
             )
         )  # fmt: skip
 
-    def _merge_events(self, fresh: Any, batch_id: int) -> int:
-        """MERGE into ``events`` on ``event_id``, insert only; returns the rows inserted.
+    def _merge_events(self, fresh: Any, batch_id: int) -> int | None:
+        """MERGE into ``events`` on ``event_id``, insert only; returns the rows inserted,
+        or None when Delta skipped the MERGE (this batch id's MERGE is in the table).
 
         The MERGE carries the batch id as its Delta transaction version (the session
         confs of Delta's idempotent DML), so a replayed batch whose MERGE was committed
@@ -346,11 +434,11 @@ class TelemetryJob:
             conf.unset(TXN_VERSION_CONF)
         metrics = result.first() if result is not None else None
         if metrics is None or "num_inserted_rows" not in metrics.asDict():
-            return 0  # skipped by Delta: this batch's MERGE is in the table already
+            return None  # skipped by Delta: this batch's MERGE is in the table already
         return int(metrics["num_inserted_rows"])
 
     def _append_once(self, name: str, frame: Any, batch_id: int) -> None:
-        """Append, skipped by Delta when this batch id was appended before."""
+        """Append, skipped by Delta when this query appended this batch id before."""
         (
             frame.write.format("delta")
             .mode("append")
@@ -458,15 +546,17 @@ class TelemetryJob:
             .save(self.config.table("rollups"))
         )
 
-    def _record_batch(self, batch_id: int, *counts: int) -> None:
+    def _record_batch(self, report: BatchReport) -> None:
         from pyspark.sql import functions as F
 
+        columns = ("batch_id", "rows", "valid", "invalid", "inserted", "duplicates",
+                   "replayed", "dlq_sent")  # fmt: skip
+        counts = asdict(report)
         row = self.spark.createDataFrame(
-            [(self._app_id, batch_id, *counts)],
-            "app_id string, batch_id long, rows long, valid long, invalid long, inserted long, "
-            "duplicates long, dlq_sent long",
+            [(self._app_id, *(counts[c] for c in columns))],
+            "app_id string, " + ", ".join(f"{c} long" for c in columns),
         ).withColumn("processed_at", F.current_timestamp())
-        self._append_once("batches", row, batch_id)
+        self._append_once("batches", row, report.batch_id)
 
 
 class _Clock:
@@ -480,14 +570,15 @@ class _Clock:
         self.last = now
 
 
-def app_id(config: TelemetryConfig) -> str:
-    """The job's Delta transaction id: the stream and the checkpoint (one per query).
+def app_id(stream: str, query_id: str) -> str:
+    """The Delta transaction id of a query's writes: the stream and Spark's query id.
 
     A new checkpoint is a new query whose batch ids start again at 0, so it gets its
-    own id; a driver restarted on the same checkpoint keeps it.
+    own id (wherever it lives); a driver restarted on the same checkpoint keeps it.
+    Streamplane before this version keyed by a hash of the checkpoint's path: those
+    ``batches`` rows are never matched again (see docs/pipeline.md).
     """
-    digest = hashlib.sha256(str(config.checkpoint).encode()).hexdigest()[:12]
-    return f"streamplane-telemetry-{config.stream}-{digest}"
+    return f"streamplane-telemetry-{stream}-{query_id}"
 
 
 def _minute_ms(ts: Any) -> int:
@@ -539,7 +630,11 @@ def store_summary(spark: Any, warehouse: Path) -> dict[str, Any]:
     lat = latency.first()
     batches = (
         table("batches")
-        .agg(F.sum("duplicates").alias("duplicates"), F.count("*").alias("batches"))
+        .agg(
+            F.sum("duplicates").alias("duplicates"),
+            F.sum("replayed").alias("replayed"),
+            F.count("*").alias("batches"),
+        )
         .first()
     )
     return {
@@ -547,6 +642,7 @@ def store_summary(spark: Any, warehouse: Path) -> dict[str, Any]:
         "distinct_ids": distinct,
         "dead_letters": table("dead_letters").count(),
         "duplicates_dropped": int(batches["duplicates"] or 0),
+        "replayed": int(batches["replayed"] or 0),
         "batches": int(batches["batches"] or 0),
         "store_latency_p50_ms": float(lat["p50"] or 0.0),
         "store_latency_p99_ms": float(lat["p99"] or 0.0),

@@ -170,6 +170,32 @@ def test_unknown_lane_and_unreachable_control_plane(
         base.option("controlPlane", "http://127.0.0.1:9").load()
 
 
+def test_errors_as_docs_pipeline_md_describes_them(
+    spark: Any, control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """The problem is on the line before the last (the last is ' SQLSTATE: 38000');
+    a misspelt option is quoted lower-cased, as Spark passes it; a batch read fails at
+    load() on bad options, else at its first action."""
+    stream = stream_factory("local-a", partitions=1)
+    options = {"stream": stream, "group": "g", "controlPlane": control_plane.url}
+    reader = spark.readStream.format("streamplane").options(**options)
+    with pytest.raises(Exception, match="PYTHON_DATA_SOURCE_ERROR") as info:
+        reader.option("maxRecordPerTrigger", "9").load()
+    *_, problem, last = str(info.value).splitlines()
+    assert last == " SQLSTATE: 38000"
+    assert problem.startswith("streamplane.exceptions.ConfigError: the streamplane source has ")
+    assert "no option 'maxrecordpertrigger' (did you mean 'maxRecordsPerTrigger'?)" in problem
+    assert "case-insensitive" in problem
+    # load() checks the options and the stream for a batch read too (schema() cannot
+    # tell the two apart): with good ones, the read fails at its first action.
+    with pytest.raises(Exception, match="no option 'maxrecordpertrigger'"):
+        spark.read.format("streamplane").options(**options, maxRecordPerTrigger="9").load()
+    batch = spark.read.format("streamplane").options(**options).load()
+    with pytest.raises(Exception, match=r"reads streams only: use spark\.readStream") as info:
+        batch.count()
+    assert str(info.value).splitlines()[-1] == " SQLSTATE: 38000"
+
+
 def _hundred_records(
     control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
 ) -> dict[str, str]:

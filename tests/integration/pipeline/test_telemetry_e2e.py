@@ -5,11 +5,16 @@ restart from its checkpoint) -> Delta event store; checked against the ground tr
 halves without pacing (the generator's event times are spaced for 4,000 events/s);
 the job reads at most 50,000 records per micro-batch. The driver restart comes after
 the first stored batch, the failover to local-b before the second half is produced.
+Then the CLI (``generate`` and ``pipeline telemetry``) through a deleted checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -134,3 +139,54 @@ def test_telemetry_end_to_end(
 
 def _ms(ts: Any) -> int:
     return int(ts.timestamp() * 1000)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "streamplane.cli", *args],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _summary(stdout: str) -> dict[str, str]:
+    header, _, values = stdout.strip().splitlines()[-3:]
+    return dict(zip(header.split(), values.split(), strict=True))
+
+
+def test_the_cli_job_after_its_checkpoint_is_deleted(
+    spark: Any,
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The tester's session: generate (default seed), run the job, delete its
+    checkpoint, generate again, run again. The second run's events were neither stored
+    (skipped as the old query's batches) nor, with a fixed default seed, new."""
+    stream = stream_factory("local-a", partitions=1)
+    warehouse = tmp_path / "W"
+    connection = ("--url", control_plane.url, "--token", control_plane.token)
+    job = ("pipeline", "telemetry", "--stream", stream, "--group", "tj3",
+           "--warehouse", str(warehouse), "--available-now", *connection)  # fmt: skip
+    truths = []
+    for run in (1, 2):
+        path = tmp_path / f"truth-{run}.json"
+        _cli("generate", "--stream", stream, "--rate", "2000", "--duration", "0.5",
+             "--poison-ratio", "0.05", "--summary", str(path), *connection)  # fmt: skip
+        truths.append(json.loads(path.read_text()))
+        proc = _cli(*job)
+        batch_lines = [line for line in proc.stderr.splitlines() if line.startswith("… batch ")]
+        assert len(batch_lines) == 1, proc.stderr[-3000:]
+        assert batch_lines[0].startswith("… batch 0: 1,000 records, "), batch_lines
+        shutil.rmtree(warehouse / "_checkpoints")
+    assert truths[0]["seed"] != truths[1]["seed"]
+    summary = _summary(proc.stdout)
+    valid = sum(t["valid_events"] for t in truths)
+    poison = sum(t["poison"] for t in truths)
+    assert (int(summary["stored"]), int(summary["dead_letters"])) == (valid, poison)
+    assert summary["duplicates_dropped"] == summary["replayed"] == "0"
+    assert int(summary["batches"]) == 2
+    dead = spark.read.format("delta").load(str(warehouse / "dead_letters"))
+    keys = {bytes(r["key"]).decode() for r in dead.select("key").collect()}
+    assert keys == {k for t in truths for k in t["poison_keys"]}

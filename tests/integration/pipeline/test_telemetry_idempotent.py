@@ -2,25 +2,38 @@
 guarantee: real Spark, real Delta tables, the real dlq lane of a stream on the fleet.
 
 The batches are DataFrames with the source's schema built in the test, handed to
-``process_batch`` as Spark's foreachBatch would (a new ``TelemetryJob`` on the same
-checkpoint is a restarted driver).
+``process_batch`` as Spark's foreachBatch would, on a thread that carries the running
+query's id as Spark sets it (a new ``TelemetryJob`` under the same query id is a
+restarted driver on the same checkpoint; a new query id, a new checkpoint). The last
+test runs real queries.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from delta.tables import DeltaTable
 
 from streamplane.client.dlq import list_dead_letters
+from streamplane.client.producer import StreamProducer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.pipeline.events import PARSED_SCHEMA_DDL, parse_batches, reference_rollups
-from streamplane.pipeline.generator import GeneratedRecord, generate
+from streamplane.pipeline.generator import GeneratedRecord, generate, produce
 from streamplane.pipeline.source import SCHEMA
-from streamplane.pipeline.telemetry import TABLES, TelemetryConfig, TelemetryJob, rollup_views
+from streamplane.pipeline.telemetry import (
+    QUERY_ID_PROPERTY,
+    TABLES,
+    BatchReport,
+    TelemetryConfig,
+    TelemetryJob,
+    rollup_views,
+    store_summary,
+)
 from tests.integration.pipeline.conftest import telemetry_config
 
 
@@ -31,6 +44,15 @@ def _batch(spark: Any, stream: str, records: list[GeneratedRecord], first_offset
         for i, r in enumerate(records)
     ]
     return spark.createDataFrame(rows, SCHEMA)
+
+
+@pytest.fixture
+def as_query(spark: Any) -> Iterator[Callable[[str], None]]:
+    """``as_query(id)``: batches handed to ``process_batch`` on this thread belong to the
+    streaming query ``id`` (Spark sets the property on the thread running a query's
+    micro-batches)."""
+    yield lambda query_id: spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, query_id)
+    spark.sparkContext.setLocalProperty(QUERY_ID_PROPERTY, None)
 
 
 def _version(spark: Any, table: str) -> int:
@@ -48,6 +70,7 @@ def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(
     control_plane: ControlPlaneProcess,
     stream_factory: Callable[..., str],
     tmp_path: Path,
+    as_query: Callable[[str], None],
 ) -> None:
     stream = stream_factory("local-a", partitions=1)
     config = telemetry_config(control_plane, stream, "g-idem", tmp_path)
@@ -56,6 +79,7 @@ def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(
     poison = len(records) - len(valid)
     assert poison >= 5
     batch0 = _batch(spark, stream, records, 0)
+    as_query("query-1")
 
     job = TelemetryJob(spark, config)
     job.process_batch(batch0, 0)
@@ -87,14 +111,24 @@ def test_a_replayed_batch_does_no_work_and_event_ids_stay_unique(
     assert job._merge_events(fresh, 2) == len(more)
     merged = _versions(spark, config)
     job.close()
-    job = TelemetryJob(spark, config)
+    reports: list[BatchReport] = []
+    job = TelemetryJob(spark, config, on_batch=reports.append)
     job.process_batch(batch2, 2)
     after2 = _versions(spark, config)
     assert after2["events"] == merged["events"]  # no second MERGE commit
     assert after2["rollups"] == merged["rollups"] + 1
     assert after2["batches"] == merged["batches"] + 1
+    # Its events were sent once: replayed, not duplicates (they were counted as such).
     assert job.stats["batches"] == 1 and job.stats["inserted"] == 0
+    assert job.stats["replayed"] == len(more) and job.stats["duplicates"] == 0
+    (report,) = reports
+    assert (report.batch_id, report.rows, report.replayed, report.duplicates) == (2, 100, 100, 0)
+    assert report.line().startswith("batch 2: 100 records, 0 stored, 0 dead letters, ")
+    job.process_batch(batch2, 2)
+    assert reports[-1].line() == "batch 2: stored already (a replay), skipped"
     job.close()
+    summary = store_summary(spark, config.warehouse)
+    assert summary["duplicates_dropped"] == len(valid) and summary["replayed"] == len(more)
 
     events = spark.read.format("delta").load(config.table("events"))
     ids = [r["event_id"] for r in events.select("event_id").collect()]
@@ -119,25 +153,64 @@ def test_a_new_checkpoint_is_a_new_query(
     control_plane: ControlPlaneProcess,
     stream_factory: Callable[..., str],
     tmp_path: Path,
+    as_query: Callable[[str], None],
 ) -> None:
-    """Batch ids start again at 0 for a new checkpoint on the same warehouse: its batches
-    are not mistaken for replays of the old query's."""
+    """Batch ids start again at 0 for a new checkpoint on the same warehouse, elsewhere
+    or at the same path (deleted and created again): its batches are not mistaken for
+    replays of the old query's."""
     stream = stream_factory("local-a", partitions=1)
 
     def config(checkpoint: str) -> TelemetryConfig:
         return telemetry_config(control_plane, stream, "g-idem2", tmp_path, checkpoint)
 
-    first = list(generate(50, seed=31, rate=1000))
-    second = list(generate(50, seed=32, rate=1000))
-    job = TelemetryJob(spark, config("ck-1"))
-    job.process_batch(_batch(spark, stream, first, 0), 0)
-    job.close()
-    job = TelemetryJob(spark, config("ck-2"))
-    job.process_batch(_batch(spark, stream, second, 50), 0)
-    job.close()
-    assert job.stats["replays_skipped"] == 0 and job.stats["inserted"] == 50
+    generated = [list(generate(50, seed=seed, rate=1000)) for seed in (31, 32, 33)]
+    runs = [("ck-1", "query-1"), ("ck-2", "query-2"), ("ck-1", "query-3")]
+    for offset, ((checkpoint, query_id), records) in enumerate(zip(runs, generated, strict=True)):
+        as_query(query_id)
+        job = TelemetryJob(spark, config(checkpoint))
+        job.process_batch(_batch(spark, stream, records, 50 * offset), 0)
+        job.close()
+        assert job.stats["replays_skipped"] == 0 and job.stats["inserted"] == 50, query_id
     events = spark.read.format("delta").load(config("ck-1").table("events"))
-    assert events.count() == 100
+    assert events.count() == 150
+
+
+def test_a_checkpoint_created_again_at_the_same_path_loses_nothing(
+    spark: Any,
+    control_plane: ControlPlaneProcess,
+    stream_factory: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """Real queries: run the job, delete its checkpoint, produce, run it again. The new
+    query (batch ids from 0 again, same path) was keyed like the old one: its batches
+    were skipped as stored, the new events never stored nor dead-lettered, and the
+    group's offsets committed past them."""
+    stream = stream_factory("local-a", partitions=1)
+    config = telemetry_config(control_plane, stream, "g-recreated", tmp_path)
+    sent: list[GeneratedRecord] = []
+    reports: list[BatchReport] = []
+    with control_plane.client() as client, StreamProducer(stream, client) as producer:
+        for seed in (41, 42):
+            records = list(generate(300, seed=seed, poison_ratio=0.05, rate=1000))
+            produce(producer, iter(records), rate=1e9)
+            sent += records
+            job = TelemetryJob(spark, config, on_batch=reports.append)
+            query = job.start(available_now=True)
+            try:
+                assert query.awaitTermination(300), "the availableNow query did not end"
+            finally:
+                query.stop()
+                job.close()
+            shutil.rmtree(config.checkpoint)
+    valid = {r.key.decode() for r in sent if r.event is not None}
+    poison = {r.key.decode() for r in sent if r.event is None}
+    events = spark.read.format("delta").load(config.table("events"))
+    assert {r["event_id"] for r in events.select("event_id").collect()} == valid
+    dead = spark.read.format("delta").load(config.table("dead_letters"))
+    assert {bytes(r["key"]).decode() for r in dead.select("key").collect()} == poison
+    assert [r.batch_id for r in reports] == [0, 0] and not any(r.skipped for r in reports)
+    assert sum(r.inserted for r in reports) == len(valid)
+    assert sum(r.dlq_sent for r in reports) == len(poison)
 
 
 def test_a_warehouse_from_an_older_version_gets_the_new_columns(spark: Any, tmp_path: Path) -> None:

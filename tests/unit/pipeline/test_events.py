@@ -8,6 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamplane.pipeline.events import (
     Invalid,
@@ -138,3 +140,124 @@ def test_reference_rollups() -> None:
     assert (count, errors, p50) == (5, 1, 30.0)
     assert p95 == pytest.approx(48.0) and p99 == pytest.approx(49.6)
     assert percentile([1.0], 0.99) == 1.0
+
+
+# --------------------------------------------------------------------------- totality
+def _source_batch(values: list[bytes | None]) -> pa.RecordBatch:
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "cluster": ["a"] * n,
+            "topic": ["t"] * n,
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "lane": ["bulk"] * n,
+            "key": [b"k"] * n,
+            "value": pa.array(values, pa.binary()),
+            "timestamp": pa.array([1000] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+SPAN = {"kind": "span", "trace_id": "t", "span_id": "s", "name": "n", "status": "ok"}
+HUGE = "9" * 401  # a JSON integer no float holds
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        # These raised OverflowError, UnicodeEncodeError (in parse_batch) and
+        # RecursionError out of the batch: the job crashed on every restart.
+        (
+            doc(kind="metric", name="x").replace(b"}", f', "value": {HUGE}}}'.encode()),
+            "field 'value' is too large for a number",
+        ),
+        (
+            json.dumps({**BASE, **SPAN}).replace("}", f', "duration_ms": {HUGE}}}').encode(),
+            "field 'duration_ms' is too large for a number",
+        ),
+        (
+            doc(kind="log", level="info").replace(b"}", b', "message": "bad \\ud800 text"}'),
+            "field 'message' is not valid Unicode: a lone surrogate at character 4",
+        ),
+        (doc(kind="log", level="info", host="h\ud800"), "field 'host' is not valid Unicode"),
+        (b"[" * 100_000, "malformed JSON: nested too deeply"),
+        (b'{"a": ' * 100_000, "malformed JSON: nested too deeply"),
+    ],
+)
+def test_records_that_crashed_the_job_are_poison_pills(value: bytes, reason: str) -> None:
+    with pytest.raises(Invalid, match=reason):
+        validate(value)
+    out = parse_batch(_source_batch([value, doc(kind="log", level="info")])).to_pydict()
+    assert out["reason"][0].startswith(reason) and out["event_id"][0] is None
+    assert out["reason"][1] is None and out["event_id"][1] == "e1"
+
+
+def test_an_unforeseen_validation_error_is_a_reason_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streamplane.pipeline import events
+
+    def broken(value: object) -> None:
+        raise KeyError("\ud800")
+
+    monkeypatch.setattr(events, "validate", broken)
+    (reason,) = parse_batch(_source_batch([b"{}"])).to_pydict()["reason"]
+    assert reason == "cannot be validated: KeyError: '\\ud800'"
+
+
+# Any JSON value, strings with lone surrogates and numbers past a float's range included.
+_TEXT = st.text(st.characters() | st.integers(0xD800, 0xDFFF).map(chr), max_size=12)
+_SCALARS = (
+    st.none() | st.booleans() | st.floats() | _TEXT
+    | st.integers() | st.integers(min_value=10**300, max_value=10**450)
+)  # fmt: skip
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+# Events with some fields replaced by arbitrary values: close to valid, so the checks
+# past the JSON parser are reached.
+_FIELDS = ("event_id", "kind", "ts", "service", "host", "level", "message", "name", "value",
+           "unit", "trace_id", "span_id", "parent_id", "duration_ms", "status")  # fmt: skip
+_NEAR_EVENTS = st.builds(
+    lambda base, changes: {**base, **changes},
+    st.sampled_from(
+        [
+            {**BASE, "kind": "log", "level": "info", "message": "m"},
+            {**BASE, "kind": "metric", "name": "cpu", "value": 1.5, "unit": "percent"},
+            {**BASE, **SPAN, "duration_ms": 3.0, "parent_id": "p"},
+        ]
+    ),
+    st.dictionaries(st.sampled_from(_FIELDS), _JSON, max_size=3),
+)
+
+
+def _encoded(doc_: Any) -> bytes:
+    return json.dumps(doc_, allow_nan=True).encode()
+
+
+_RECORDS = (
+    st.none()
+    | st.binary(max_size=64)
+    | _JSON.map(_encoded)
+    | _NEAR_EVENTS.map(_encoded)
+    | st.integers(1, 5_000).map(lambda depth: b"[" * depth + b"]" * depth)
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_RECORDS, min_size=1, max_size=8))
+def test_validation_is_total(values: list[bytes | None]) -> None:
+    """Whatever the bytes: an event or ``Invalid`` from validate, and a batch from
+    parse_batch with one row per record, each a stored event or a reason."""
+    for value in values:
+        try:
+            validate(value)
+        except Invalid as exc:
+            assert str(exc)
+    out = parse_batch(_source_batch(values)).to_pydict()
+    assert out["offset"] == list(range(len(values)))
+    for event_id, reason in zip(out["event_id"], out["reason"], strict=True):
+        assert (event_id is None) != (reason is None)
+        if reason is not None:
+            assert not reason.startswith("cannot be validated"), reason

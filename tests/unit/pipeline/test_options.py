@@ -101,3 +101,13 @@ def test_batch_reads_say_to_read_a_stream() -> None:
     source = StreamplaneDataSource({"stream": "s", "group": "g"})
     with pytest.raises(ConfigError, match=r"streams only: use spark.readStream"):
         source.reader(None)
+
+
+def test_a_misspelt_option_as_spark_passes_it_says_names_are_case_insensitive() -> None:
+    """Spark lower-cases option names before the source sees them: the message quotes
+    the lower-cased name, so it says why."""
+    with pytest.raises(ConfigError) as info:
+        parse_read_options({"stream": "s", "group": "g", "maxrecordpertrigger": "9"})
+    message = str(info.value)
+    assert "no option 'maxrecordpertrigger' (did you mean 'maxRecordsPerTrigger'?)" in message
+    assert "names are case-insensitive" in message
