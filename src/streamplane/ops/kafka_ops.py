@@ -186,6 +186,7 @@ class KafkaOpsAdmin:
         bootstrap: str,
         *,
         request_timeout_s: float = 30.0,
+        connect_timeout_s: float = 10.0,
         attempts: int = 5,
         retry_s: float = 20.0,
         extra_config: Mapping[str, Any] | None = None,
@@ -198,7 +199,10 @@ class KafkaOpsAdmin:
             "bootstrap_servers": bootstrap.split(","),
             "client_id": "streamplane-ops",
             "request_timeout_ms": self._timeout_ms,
-            "bootstrap_timeout_ms": self._timeout_ms,
+            # Reaching a bootstrap broker takes well under a second when one answers:
+            # an unreachable cluster is told in seconds (it took the request timeout,
+            # 30 s, with nothing printed).
+            "bootstrap_timeout_ms": int(min(connect_timeout_s, request_timeout_s) * 1000),
             **(extra_config or {}),
         }
         self._admin = self._connect()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import kafka.errors as kerr
+from typing import Any
 
-from streamplane.ops.kafka_ops import error_from
+import kafka.errors as kerr
+import pytest
+
+from streamplane.exceptions import KafkaError
+from streamplane.ops.kafka_ops import KafkaOpsAdmin, error_from
 
 # What kafka-python 2.x raised for a topic config the broker does not know (measured).
 FAILED_CREATE = (
@@ -31,3 +35,25 @@ def test_other_errors_keep_their_text() -> None:
     err = error_from(kerr.UnknownTopicOrPartitionError("no such topic"), "describe t")
     assert "no such topic" in str(err) and "UnknownTopicOrPartitionError" in str(err)
     assert str(error_from(kerr.KafkaTimeoutError, "connect")) == "connect: KafkaTimeoutError"
+
+
+def test_an_unreachable_cluster_is_told_after_the_connect_timeout_not_the_request_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ops map rebalance --bootstrap` at a closed port said nothing for 30 s (the request
+    timeout bounded the bootstrap too): the bootstrap has a timeout of its own, 10 s."""
+    import kafka.admin
+
+    seen: dict[str, Any] = {}
+
+    def refuse(**conf: Any) -> None:
+        seen.update(conf)
+        raise kerr.KafkaTimeoutError("Unable to bootstrap from ['127.0.0.1:1']")
+
+    monkeypatch.setattr(kafka.admin, "KafkaAdminClient", refuse)
+    with pytest.raises(KafkaError, match=r"connect to 127\.0\.0\.1:1: KafkaTimeoutError"):
+        KafkaOpsAdmin("127.0.0.1:1")
+    assert (seen["bootstrap_timeout_ms"], seen["request_timeout_ms"]) == (10_000, 30_000)
+    with pytest.raises(KafkaError):
+        KafkaOpsAdmin("127.0.0.1:1", request_timeout_s=4.0)
+    assert seen["bootstrap_timeout_ms"] == 4_000  # never above the request timeout
