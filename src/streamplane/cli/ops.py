@@ -43,7 +43,12 @@ from streamplane.core.mapper import (
 )
 from streamplane.core.text import human_bytes
 from streamplane.core.throttle import ReplicaChange, ThrottleLimits
-from streamplane.exceptions import ConfigError, KafkaError, StreamplaneError
+from streamplane.exceptions import (
+    ConfigError,
+    ControlPlaneUnavailable,
+    KafkaError,
+    StreamplaneError,
+)
 from streamplane.ops.autothrottle import (
     Autothrottle,
     AutothrottleParams,
@@ -148,8 +153,14 @@ def resolve_bootstrap(
     if bootstrap:
         return bootstrap
     if cluster:
-        with connect(url, token) as cp:
-            return cp.cluster_bootstrap(cluster)
+        try:
+            with connect(url, token) as cp:
+                return cp.cluster_bootstrap(cluster)
+        except ControlPlaneUnavailable as exc:
+            # The cluster itself may answer: ops commands need only its address.
+            raise ControlPlaneUnavailable(
+                f"{exc}; to reach {cluster} without it: --bootstrap HOST:PORT"
+            ) from None
     raise click.UsageError(f"give --bootstrap (or {BOOTSTRAP_ENV}) or --cluster")
 
 

@@ -53,7 +53,10 @@ def scale(pmap: PartitionMap, brokers: BrokerMap, params: ScaleParams | None = N
     participants = check_relocation_input(pmap, brokers, "scale", need_storage=by_storage)
     new = [b for b in participants if brokers[b].state is BrokerState.NEW]
     if not new:
-        raise MapperError("scale needs at least one broker in state 'new'")
+        raise MapperError(
+            "scale needs at least one broker in state 'new' (an empty broker to fill: "
+            "BrokerState.NEW, or --new ID on the command line)"
+        )
     sources = [b for b in participants if brokers[b].state is BrokerState.ACTIVE]
     warnings: list[str] = []
     if by_storage:
