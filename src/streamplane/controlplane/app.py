@@ -414,6 +414,9 @@ def create_app(
         ] = True,
     ) -> Response:
         svc.delete_stream(name, delete_topics, actor)
+        # Its readers, drained reports and producers are the old stream's: a stream
+        # created again under the name is held only by the groups reading it.
+        failover_rt.store.forget_stream(name)
         return Response(status_code=204)
 
     @app.get(

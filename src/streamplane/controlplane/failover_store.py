@@ -181,6 +181,13 @@ class FailoverStore:
                 out.setdefault(r.group_name, set()).add(r.topic)
             return out
 
+    def forget_stream(self, stream: str) -> None:
+        """Drop a deleted stream's producer heartbeats, drained reports and readers."""
+        with self.engine.begin() as conn:
+            for table in (producer_heartbeats, segment_drains, stream_readers):
+                conn.execute(table.delete().where(table.c.stream == stream))
+        self._readers_written = {k: v for k, v in self._readers_written.items() if k[0] != stream}
+
     # ------------------------------------------------------------------ readers
     def saw_reader(self, stream: str, group: str, lanes: Sequence[str]) -> None:
         """A member of ``group`` heartbeated, reading ``lanes`` of ``stream``. Written

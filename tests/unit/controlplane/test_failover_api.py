@@ -696,3 +696,25 @@ def test_a_group_that_has_not_committed_yet_holds_the_segments_of_its_lanes(
     runtime._last_retire_check.clear()
     runtime.seal_and_retire_once()
     assert states(service)[E1] == "retired"
+
+
+def test_a_deleted_streams_readers_do_not_hold_the_stream_created_again(
+    fhttp: TestClient, runtime: FailoverRuntime
+) -> None:
+    """g-old read the first `orders`; the stream was deleted and created again: g-old
+    must not hold the new stream's segments for the reader retention (7 days)."""
+    create_stream(fhttp)
+    resp = fhttp.post(
+        "/v1/groups/g-old/heartbeat",
+        json={"member_id": "m1", "stream": "orders", "lanes": ["realtime"]},
+        headers=AUTH,
+    )
+    assert resp.status_code == 200, resp.text
+    runtime.store.record_drained("orders", "local-a", E1, "g-old")  # as retiring E1 does
+    day = 86_400.0
+    assert runtime.store.reader_lanes("orders", day) == {"g-old": {"realtime"}}
+    assert runtime.store.drained_topics("orders", day) == {"g-old": {E1}}
+    assert fhttp.delete("/v1/streams/orders", headers=AUTH).status_code == 204
+    create_stream(fhttp)
+    assert runtime.store.reader_lanes("orders", day) == {}
+    assert runtime.store.drained_topics("orders", day) == {}
