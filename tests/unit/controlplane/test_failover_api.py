@@ -671,6 +671,16 @@ def test_a_group_holds_only_the_segments_of_the_lanes_it_reads(
     assert states(service)[dlq1] == "retired"
 
 
+def join(http: TestClient, group: str, lanes: list[str]) -> None:
+    """A member of ``group`` heartbeats to the Assigner, reading ``lanes`` of orders."""
+    resp = http.post(
+        f"/v1/groups/{group}/heartbeat",
+        json={"member_id": f"{group}-1", "stream": "orders", "lanes": lanes},
+        headers=AUTH,
+    )
+    assert resp.status_code == 200, resp.text
+
+
 def test_a_group_that_has_not_committed_yet_holds_the_segments_of_its_lanes(
     fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
 ) -> None:
@@ -682,13 +692,8 @@ def test_a_group_that_has_not_committed_yet_holds_the_segments_of_its_lanes(
     failover(fhttp, lanes=["realtime"])
     io.ends[E1] = {0: 10}
     io.commits = {"g-old": {E1: {0: 10}}}
-    for group, lanes in (("g-new", ["realtime"]), ("g-bulk", ["bulk"])):
-        resp = fhttp.post(
-            f"/v1/groups/{group}/heartbeat",
-            json={"member_id": f"{group}-1", "stream": "orders", "lanes": lanes},
-            headers=AUTH,
-        )
-        assert resp.status_code == 200, resp.text
+    join(fhttp, "g-new", ["realtime"])
+    join(fhttp, "g-bulk", ["bulk"])
     seal_then_retire(runtime)
     assert states(service)[E1] == "sealed"
 
@@ -704,12 +709,7 @@ def test_a_deleted_streams_readers_do_not_hold_the_stream_created_again(
     """g-old read the first `orders`; the stream was deleted and created again: g-old
     must not hold the new stream's segments for the reader retention (7 days)."""
     create_stream(fhttp)
-    resp = fhttp.post(
-        "/v1/groups/g-old/heartbeat",
-        json={"member_id": "m1", "stream": "orders", "lanes": ["realtime"]},
-        headers=AUTH,
-    )
-    assert resp.status_code == 200, resp.text
+    join(fhttp, "g-old", ["realtime"])
     runtime.store.record_drained("orders", "local-a", E1, "g-old")  # as retiring E1 does
     day = 86_400.0
     assert runtime.store.reader_lanes("orders", day) == {"g-old": {"realtime"}}
