@@ -13,14 +13,14 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
-from streamplane.core.routing import DLQ_LANE, Segment, SegmentState
+from streamplane.core.routing import DLQ_LANE, DLQ_REPLAY_GROUP, Segment, SegmentState
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, ControlPlaneError, KafkaError, RecordTooLarge
 from streamplane.kafka.admin import KafkaAdmin
 
 log = logging.getLogger(__name__)
 
-REPLAY_GROUP = "sp-dlq-replay"
+REPLAY_GROUP = DLQ_REPLAY_GROUP
 # A replay acks, and commits, its dead letters a batch at a time, once their copies
 # are delivered: a replay killed mid-way sends at most this many again.
 _BATCH = 500

@@ -47,7 +47,13 @@ from streamplane.core.failover import (
     seal_reason,
     successor_epoch,
 )
-from streamplane.core.routing import RoutingTable, Segment, SegmentState
+from streamplane.core.routing import (
+    DLQ_LANE,
+    DLQ_REPLAY_GROUP,
+    RoutingTable,
+    Segment,
+    SegmentState,
+)
 from streamplane.exceptions import Conflict, NotFound, StreamplaneError
 
 log = logging.getLogger(__name__)
@@ -556,6 +562,10 @@ class FailoverRuntime:
                 lanes.setdefault(group, set()).update(lane_of[t] for t in topics if t in lane_of)
         for group, told in self.store.reader_lanes(stream, retention).items():
             lanes.setdefault(group, set()).update(told)
+        # `dlq replay` reads the dlq lane whether it has run yet or not: a group acking
+        # the dlq lane (an alerting consumer) retired its segment before any replay,
+        # and the dead letters left `dlq list` and `dlq replay` with it.
+        lanes.setdefault(DLQ_REPLAY_GROUP, set()).add(DLQ_LANE)
         return lanes
 
     def _is_down(self, cluster: str) -> bool:

@@ -21,6 +21,9 @@ from enum import StrEnum
 from streamplane.exceptions import ConfigError
 
 DLQ_LANE = "dlq"
+# The group `dlq replay` reads the dlq lane as: it holds every dlq segment with dead
+# letters until it has replayed them (other groups may read the dlq lane too).
+DLQ_REPLAY_GROUP = "sp-dlq-replay"
 DEFAULT_LANES: tuple[str, ...] = ("realtime", "bulk")
 
 _STREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
