@@ -207,6 +207,10 @@ class StreamProducer:
         # The epoch each retired producer served (by id): while it still holds records,
         # this producer reports that epoch in its heartbeats.
         self._retired_epochs: dict[int, int] = {}
+        # Producers still in use (another lane stays on their cluster) that had records
+        # queued when a lane moved off that cluster, with the epoch those records were
+        # sent with: told in heartbeats until the producer's queue was seen empty.
+        self._draining: list[tuple[Producer, int]] = []
         self._bootstraps: dict[str, str] = {}
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
@@ -333,6 +337,20 @@ class StreamProducer:
                     counts = self._counts[seg.topic] = _TopicCounts(producer, (self.stream, lane))
                 routes[lane] = _Route(producer, seg.topic, seg.cluster, seg.epoch, counts)
             old_clusters = set(self._producers) - {r.cluster for r in routes.values()}
+            # A lane moved off a cluster another lane stays on (the dlq, by default):
+            # that producer is kept, with the moved lane's records maybe still queued.
+            moved_off = {
+                old.cluster
+                for lane, old in self._routes.items()
+                if lane in routes and routes[lane].cluster != old.cluster
+            } - old_clusters
+            draining = [
+                (self._producers[c], self._epoch)
+                for c in sorted(moved_off)
+                if c in self._producers and len(self._producers[c])
+            ]
+            if draining:
+                self._draining = self._draining + draining
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
             served, self._epoch = self._epoch, table.epoch
@@ -579,11 +597,21 @@ class StreamProducer:
         for _, producer in self._retired:  # replaced, never changed: safe from any thread
             if len(producer):
                 epoch = min(epoch, self._retired_epochs.get(id(producer), epoch))
+        # A producer kept for another lane: its queue is the moved lane's records and the
+        # other lane's, so the old epoch is told until it was seen empty (with the dlq
+        # left behind by a failover, the new epoch was told at once, and the sealer
+        # sealed the old segment with 1,000 records still queued for it).
+        for producer, sent_with in self._draining:
+            if len(producer):
+                epoch = min(epoch, sent_with)
         return epoch
 
     def _serve_retired(self) -> None:
         """Serve the retired producers' reports; let go of those with nothing queued
         (their counts are final: published, then kept without the producer)."""
+        if self._draining:
+            with self._lock:  # _apply may be adding one
+                self._draining = [(p, e) for p, e in self._draining if len(p)]
         retired = self._retired
         if not retired:
             return

@@ -214,3 +214,40 @@ def test_a_producer_reports_the_epoch_it_still_has_records_queued_for() -> None:
     assert producer._reported_epoch() == 4
     producer._serve_retired()
     assert producer._retired == [] and producer._retired_epochs == {}
+
+
+def test_a_lane_moved_off_a_cluster_the_dlq_stays_on_is_told_until_its_queue_is_empty() -> None:
+    """A failover of the lanes but not the dlq (the CLI's default): the old cluster's
+    producer stays, for the dlq, with the moved lane's records still queued. It reported
+    the new epoch at once, and an exploratory run saw the old segment sealed 2 s later
+    and retired with 1,000 records still queued for it (lost)."""
+    from streamplane.client.producer import StreamProducer
+    from streamplane.core.routing import move_lanes
+
+    class Queue:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __len__(self) -> int:
+            return self.n
+
+        def poll(self, timeout: float = 0) -> int:
+            return 0
+
+    a, b = Queue(0), Queue(0)
+    producer = StreamProducer("s", None)  # type: ignore[arg-type]
+    producer._producer_for = lambda cluster: {"local-a": a, "local-b": b}[cluster]  # type: ignore[assignment,method-assign,return-value]
+    table = new_routing_table("s", ["realtime"], "local-a", 1)
+    producer._apply(table)
+    producer._producers = {"local-a": a}  # type: ignore[dict-item]
+    a.n = 1000  # queued for sp.s.realtime.e1
+    moved = move_lanes(table, ["realtime"], "local-b")
+    producer._apply(moved)
+    producer._producers["local-b"] = b  # type: ignore[assignment]
+    assert producer.epoch == moved.epoch
+    assert producer._retired == []  # local-a stays: the dlq lane is there
+    assert producer._reported_epoch() == table.epoch
+    a.n = 0
+    producer._serve_retired()
+    a.n = 3  # dead letters queued since: not the moved lane's
+    assert producer._reported_epoch() == moved.epoch
