@@ -98,6 +98,9 @@ class FailoverSettings(BaseModel):
     sealer_interval: float = Field(default=1.0, gt=0)
     auto_retire: bool = Field(default=True, description="Retire settled sealed segments.")
     retire_interval: float = Field(default=5.0, gt=0)
+    # How long a segment this leader retired is watched for records landing after its
+    # retirement (a producer paused across the failover): any reopen it.
+    retired_watch: float = Field(default=3600.0, ge=0)
     reader_retention: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
@@ -175,6 +178,10 @@ class FailoverRuntime:
         self._written: dict[str, tuple[tuple[str, str | None] | None, float]] = {}
         self._first_seen_draining: dict[tuple[str, str, str], float] = {}
         self._last_retire_check: dict[str, float] = {}
+        # Segments this leader retired: (stream, cluster, topic) -> (when, partitions,
+        # end offsets at retirement), watched for late records for ``retired_watch``.
+        self._retired_watch: dict[tuple[str, str, str], tuple[float, int, dict[int, int]]] = {}
+        self._last_watch_check = -1e9
         self._warned: set[tuple[str, str, str]] = set()
         self.started = False
 
@@ -427,6 +434,46 @@ class FailoverRuntime:
                 self._seal_and_retire_stream(stream, mono)
             except Exception as exc:  # one stream's trouble must not hold up the others
                 log.warning("sealer, stream %s: %s", stream, _describe(exc))
+        if mono - self._last_watch_check >= self.settings.retire_interval:
+            self._last_watch_check = mono
+            self._reopen_late_writes(mono)
+
+    def _reopen_late_writes(self, mono: float) -> None:
+        """Reopen (retired -> sealed) a segment retired lately whose end offsets moved
+        past those it was retired at: a producer that had not seen the failover (paused
+        across it, say) wrote there, and a retired segment is not read. An exploratory
+        run paused a producer across a failover: 7,497 acknowledged records landed in
+        the retired segment and no group ever read them. Reopened, they are read, and
+        the segment is retired again once every group reading its lane settled them."""
+        for key, (retired_at, partitions, ends) in list(self._retired_watch.items()):
+            stream, cluster_name, topic = key
+            if mono - retired_at > self.settings.retired_watch:
+                del self._retired_watch[key]
+                continue
+            if self._is_down(cluster_name):
+                continue
+            try:
+                cluster = self.service.store.get_cluster(cluster_name)
+                now = self._io(cluster.bootstrap).end_offsets(
+                    topic, partitions, self.settings.kafka_timeout
+                )
+                late = sum(max(0, o - ends.get(p, 0)) for p, o in now.items())
+                if not late:
+                    continue
+                self.service.transition_segment(
+                    stream, cluster_name, topic, SegmentState.SEALED, None, actor="sealer"
+                )
+            except (Conflict, NotFound):
+                continue  # the table moved on, or the stream is gone: next round
+            except StreamplaneError as exc:
+                self._warn_once(key, "cannot watch %s on %s: %s", topic, cluster_name, exc)
+                continue
+            del self._retired_watch[key]
+            log.warning(
+                "reopened %s on %s: %d records landed after it was retired (a producer had "
+                "not seen the failover); they are read, and it is retired again once settled",
+                topic, cluster_name, late,
+            )  # fmt: skip
 
     def _seal_and_retire_stream(self, stream: str, mono: float) -> None:
         try:
@@ -444,7 +491,7 @@ class FailoverRuntime:
         if sealed and self.settings.auto_retire and due:
             self._last_retire_check[stream] = mono
             with contextlib.suppress(Conflict, NotFound):
-                self._maybe_retire(stream, sealed)
+                self._maybe_retire(stream, sealed, mono)
 
     def _maybe_seal(self, table: RoutingTable, seg: Segment, mono: float) -> None:
         s = self.settings
@@ -492,7 +539,7 @@ class FailoverRuntime:
         self._warned.discard(key)
         log.info("sealed %s on %s (%s)", seg.topic, seg.cluster, reason)
 
-    def _maybe_retire(self, stream: str, sealed: list[Segment]) -> None:
+    def _maybe_retire(self, stream: str, sealed: list[Segment], mono: float) -> None:
         """Retire the sealed segments every group reading ``stream`` has settled."""
         table = self.service.routing(stream)
         by_cluster: dict[str, dict[str, int]] = {}
@@ -534,9 +581,14 @@ class FailoverRuntime:
             if check.retire:
                 for group in check.groups:  # first: each one settled it, and is remembered
                     self.store.record_drained(stream, seg.cluster, seg.topic, group)
+                # Its end offsets at retirement are kept: records landing past them
+                # reopen it (``_reopen_late_writes``).
                 self.service.transition_segment(
-                    stream, seg.cluster, seg.topic, SegmentState.RETIRED, None, actor="sealer"
+                    stream, seg.cluster, seg.topic, SegmentState.RETIRED, end, actor="sealer"
                 )
+                self._retired_watch[(stream, seg.cluster, seg.topic)] = (
+                    mono, seg.partitions, dict(end)
+                )  # fmt: skip
                 log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
 
     def _lanes_read(

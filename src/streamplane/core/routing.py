@@ -43,7 +43,9 @@ _NEXT_STATES: Mapping[SegmentState, frozenset[SegmentState]] = {
     SegmentState.ACTIVE: frozenset({SegmentState.DRAINING}),
     SegmentState.DRAINING: frozenset({SegmentState.SEALED, SegmentState.LOST}),
     SegmentState.SEALED: frozenset({SegmentState.RETIRED, SegmentState.LOST}),
-    SegmentState.RETIRED: frozenset(),
+    # Reopened: records landed in it after it was retired (a producer that had not seen
+    # the failover yet), and are read again.
+    SegmentState.RETIRED: frozenset({SegmentState.SEALED}),
     SegmentState.LOST: frozenset(),
 }
 

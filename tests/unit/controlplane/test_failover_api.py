@@ -722,3 +722,37 @@ def test_a_deleted_streams_readers_do_not_hold_the_stream_created_again(
     create_stream(fhttp)
     assert runtime.store.reader_lanes("orders", day) == {}
     assert runtime.store.drained_topics("orders", day) == {}
+
+
+def test_records_landing_in_a_retired_segment_reopen_it(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    """A producer paused across the failover (kill -STOP) wrote to e1 after e1 was
+    retired: an exploratory run lost 7,497 acknowledged records that way (no group
+    reads a retired segment). The sealer watches what it retired: e1 goes back to
+    sealed, is read, and is retired again once settled."""
+    create_stream(fhttp, partitions=1)
+    failover(fhttp, lanes=["realtime"])
+    io.ends[E1] = {0: 10}
+    io.commits = {"g1": {E1: {0: 10}}}
+    seal_then_retire(runtime)
+    assert states(service)[E1] == "retired"
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert states(service)[E1] == "retired"  # nothing new
+
+    io.ends[E1] = {0: 7510}  # the paused producer resumed
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert states(service)[E1] == "sealed"
+    entry = fhttp.get("/v1/audit", params={"stream": "orders"}).json()[0]
+    assert (entry["actor"], entry["detail"]["state"]) == ("sealer", "sealed")
+
+    io.commits["g1"] = {E1: {0: 7510}}  # read
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert states(service)[E1] == "retired"
