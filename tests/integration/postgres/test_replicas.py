@@ -111,8 +111,18 @@ def test_a_group_spread_over_two_replicas_shares_its_partitions(
             StreamConsumer(stream, "g", leader) as on_a,
             StreamConsumer(stream, "g", follower) as on_b,
         ):
-            members = {m["member_id"] for m in leader.describe_group("g")["members"]}
-            assert members == {on_a.member_id, on_b.member_id}
+            # A leader that has just started answers from its members' claims for its
+            # recovery window (a lease and a second): the group is described once it
+            # has been rebuilt.
+            wait_for(
+                "both members in the leader's group",
+                lambda: (
+                    {m["member_id"] for m in leader.describe_group("g")["members"]}
+                    == {on_a.member_id, on_b.member_id}
+                ),
+                15,
+                every=0.2,
+            )
             # both through the follower too: it forwards to the leader
             assert follower.describe_group("g")["generation"] >= 1
             deadline = time.monotonic() + 60
