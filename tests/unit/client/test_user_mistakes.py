@@ -184,22 +184,25 @@ def test_the_routing_watch_ends_when_the_stream_is_deleted() -> None:
     assert watcher.table is table  # the last routing stays readable
 
 
+class Queue:
+    """A producer as its heartbeat sees it: how many records it has queued."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+
 def test_a_producer_reports_the_epoch_it_still_has_records_queued_for() -> None:
     """Heartbeats reported the new epoch as soon as the routing changed, while records
     queued for the cluster the stream left were still being delivered: the sealer
     sealed the old segment with ~1,800 of them on the way (they landed past its sealed
     end). The heartbeat now tells the oldest epoch with records still queued."""
     from streamplane.client.producer import StreamProducer
-
-    class Queue:
-        def __init__(self, n: int) -> None:
-            self.n = n
-
-        def __len__(self) -> int:
-            return self.n
-
-        def poll(self, timeout: float = 0) -> int:
-            return 0
 
     producer = StreamProducer("s", None)  # type: ignore[arg-type]
     old, new = Queue(1800), Queue(5)
@@ -223,16 +226,6 @@ def test_a_lane_moved_off_a_cluster_the_dlq_stays_on_is_told_until_its_queue_is_
     and retired with 1,000 records still queued for it (lost)."""
     from streamplane.client.producer import StreamProducer
     from streamplane.core.routing import move_lanes
-
-    class Queue:
-        def __init__(self, n: int) -> None:
-            self.n = n
-
-        def __len__(self) -> int:
-            return self.n
-
-        def poll(self, timeout: float = 0) -> int:
-            return 0
 
     a, b = Queue(0), Queue(0)
     producer = StreamProducer("s", None)  # type: ignore[arg-type]
