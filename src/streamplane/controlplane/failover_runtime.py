@@ -182,6 +182,9 @@ class FailoverRuntime:
         # end offsets at retirement), watched for late records for ``retired_watch``.
         self._retired_watch: dict[tuple[str, str, str], tuple[float, int, dict[int, int]]] = {}
         self._last_watch_check = -1e9
+        # Segments reopened by late records, and when: drained reports from before then
+        # (those its retirement recorded) do not settle them again.
+        self._reopened_at: dict[tuple[str, str, str], datetime] = {}
         self._warned: set[tuple[str, str, str]] = set()
         self.started = False
 
@@ -460,6 +463,7 @@ class FailoverRuntime:
                 late = sum(max(0, o - ends.get(p, 0)) for p, o in now.items())
                 if not late:
                     continue
+                self._reopened_at[key] = utcnow()
                 self.service.transition_segment(
                     stream, cluster_name, topic, SegmentState.SEALED, None, actor="sealer"
                 )
@@ -565,7 +569,8 @@ class FailoverRuntime:
         lanes_read = self._lanes_read(stream, table, committed)
         for seg in sealed:
             readers = {group for group, lanes in lanes_read.items() if seg.lane in lanes}
-            reported = self.store.drained_groups(stream, seg.cluster, seg.topic)
+            reopened_at = self._reopened_at.get((stream, seg.cluster, seg.topic))
+            reported = self.store.drained_groups(stream, seg.cluster, seg.topic, reopened_at)
             try:
                 cluster = self.service.store.get_cluster(seg.cluster)
                 end = self._io(cluster.bootstrap).end_offsets(

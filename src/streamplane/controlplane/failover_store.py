@@ -155,15 +155,19 @@ class FailoverStore:
             {"reported_at": utcnow()},
         )
 
-    def drained_groups(self, stream: str, cluster: str, topic: str) -> set[str]:
+    def drained_groups(
+        self, stream: str, cluster: str, topic: str, since: datetime | None = None
+    ) -> set[str]:
+        """Groups that reported the segment drained (``since``: at or after then)."""
+        where = [
+            segment_drains.c.stream == stream,
+            segment_drains.c.cluster == cluster,
+            segment_drains.c.topic == topic,
+        ]
+        if since is not None:
+            where.append(segment_drains.c.reported_at >= since)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(segment_drains.c.group_name).where(
-                    segment_drains.c.stream == stream,
-                    segment_drains.c.cluster == cluster,
-                    segment_drains.c.topic == topic,
-                )
-            )
+            rows = conn.execute(sa.select(segment_drains.c.group_name).where(*where))
             return {r.group_name for r in rows}
 
     def drained_topics(self, stream: str, within_s: float) -> dict[str, set[str]]:
