@@ -50,6 +50,7 @@ _OPTION_OF = {
     "failover.health_interval": "--health-interval",
     "failover.seal_grace": "--seal-grace",
     "failover.reader_retention": "--reader-retention",
+    "failover.retired_watch": "--retired-watch",
 }
 
 
@@ -152,6 +153,14 @@ _OPTION_OF = {
     help="Seconds a group that settled a retired segment keeps holding the stream's later "
     "segments while it commits nowhere (offline); Kafka's default offsets retention.",
 )
+@click.option(
+    "--retired-watch",
+    type=click.FloatRange(min=0.0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a retired segment is watched for records written after its retirement "
+    "(they reopen it and are read); then its topic is fenced: it refuses writes.",
+)
 def serve(
     db_url: str,
     host: str,
@@ -171,6 +180,7 @@ def serve(
     advertise_url: str | None,
     leader_lease: float,
     reader_retention: float,
+    retired_watch: float,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -204,6 +214,7 @@ def serve(
             advertise_url=advertise_url,
             leader_lease=leader_lease,
             reader_retention=reader_retention,
+            retired_watch=retired_watch,
         )
         settings = ControlPlaneSettings(
             db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl

@@ -50,7 +50,7 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
-from streamplane.core.routing import RoutingTable
+from streamplane.core.routing import RoutingTable, SegmentState
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, NotFound, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
@@ -637,8 +637,26 @@ class StreamProducer:
         err, msg = failures[0]
         raise ProduceError(
             f"{counted(len(failures), 'record')} could not be delivered to stream {self.stream!r}; "
-            f"first: {err.str()} (topic {msg.topic()})"
+            f"first: {self._describe_failure(err, msg)}"
         )
+
+    def _describe_failure(self, err: _RawKafkaError, msg: Message) -> str:
+        """A failed delivery report told for a person: a write refused by a retired
+        segment (fenced: the lane moved off it long ago, and this record was queued for
+        it since) says so, rather than "message size too large"."""
+        topic = msg.topic() or ""
+        table = self._watcher.table
+        seg = next((s for s in table.segments if s.topic == topic), None)
+        fenced = err.code() == _RawKafkaError.MSG_SIZE_TOO_LARGE and (
+            seg is None or seg.state is SegmentState.RETIRED
+        )
+        if fenced:
+            return (
+                f"{topic} is a retired segment, fenced: it refuses writes (the lane moved "
+                f"off it; the stream is at epoch {table.epoch}). The record was not "
+                "written: send it again"
+            )
+        return f"{err.str()} (topic {topic})"
 
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
         # With every delivery reported this runs once per record (in poll/flush).

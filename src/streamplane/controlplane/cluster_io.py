@@ -11,7 +11,8 @@
   than the 3 s after which a cluster is down: a healthy 3-broker cluster that lost one
   broker had its streams failed over);
 - ``end_offsets``: the end offset of every partition of a topic (to seal a segment);
-- ``committed``: per consumer group, its committed offsets on some topics (to retire one).
+- ``committed``: per consumer group, its committed offsets on some topics (to retire one);
+- ``fence``: make a retired segment's topic refuse every write (``FENCED_TOPIC_CONFIG``).
 
 Errors are ``streamplane.KafkaError``. ``ClusterIO`` is the protocol the tasks use; unit
 tests give a stub.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,9 +52,13 @@ from streamplane.kafka.admin import (
     refresh_metadata,
     to_kafka_error,
 )
-from streamplane.ops.kafka_ops import KafkaOpsAdmin
+from streamplane.ops.kafka_ops import ConfigChange, KafkaOpsAdmin
 
 HEALTH_TOPIC = "__streamplane_health"
+# A fenced topic refuses every write: no record batch fits in 0 bytes, so the broker
+# answers MESSAGE_TOO_LARGE (a producer's delivery report fails at once, not retried);
+# reads and replication are not affected.
+FENCED_TOPIC_CONFIG = {"max.message.bytes": "0"}
 _HEALTH_RETENTION_MS = str(3600 * 1000)
 
 
@@ -68,6 +73,8 @@ class ClusterIO(Protocol):
     def committed(
         self, topics: Mapping[str, int], timeout: float
     ) -> dict[str, dict[str, dict[int, int]]]: ...
+
+    def fence(self, topic: str, timeout: float) -> None: ...
 
     def close(self) -> None: ...
 
@@ -142,15 +149,15 @@ class KafkaClusterIO:
         )
         self._topic_ready = False
         self._lock = threading.Lock()
-        self._groups_admin: KafkaOpsAdmin | None = None  # committed offsets (kafka-python)
+        self._ops: KafkaOpsAdmin | None = None  # committed offsets, fences (kafka-python)
 
     def close(self) -> None:
         self._producer.purge()
         self._producer.flush(0)
-        if self._groups_admin is not None:
+        if self._ops is not None:
             with contextlib.suppress(Exception):
-                self._groups_admin.close()
-            self._groups_admin = None
+                self._ops.close()
+            self._ops = None
 
     def probe(self, timeout: float) -> str | None:
         with self._lock:
@@ -261,15 +268,30 @@ class KafkaClusterIO:
         ``eonce->refcnt > 0``) when a ListConsumerGroupOffsets call times out while the
         group's coordinator is down, which took the control plane down with a cluster.
         A client that failed is dropped and a new one connects on the next call."""
+        with self._ops_admin(timeout) as admin:
+            return admin.committed_offsets(topics)
+
+    def fence(self, topic: str, timeout: float) -> None:
+        """Set ``FENCED_TOPIC_CONFIG`` on ``topic`` (idempotent)."""
+        with self._ops_admin(timeout) as admin:
+            change = ConfigChange("topic", topic, set=FENCED_TOPIC_CONFIG)
+            error = admin.alter_configs([change]).get(("topic", topic))
+        if error is not None:
+            raise error
+
+    @contextlib.contextmanager
+    def _ops_admin(self, timeout: float) -> Iterator[KafkaOpsAdmin]:
+        """The kafka-python admin (made on first use); dropped when a call through it
+        fails, so that the next call connects afresh."""
         try:
-            if self._groups_admin is None:
-                self._groups_admin = KafkaOpsAdmin(
+            if self._ops is None:
+                self._ops = KafkaOpsAdmin(
                     self.bootstrap, request_timeout_s=timeout, attempts=1, retry_s=0.0
                 )
-            return self._groups_admin.committed_offsets(topics)
+            yield self._ops
         except KafkaError:
-            if self._groups_admin is not None:
+            if self._ops is not None:
                 with contextlib.suppress(Exception):
-                    self._groups_admin.close()
-                self._groups_admin = None
+                    self._ops.close()
+                self._ops = None
             raise

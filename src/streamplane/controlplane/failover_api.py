@@ -150,10 +150,7 @@ def failover_router(runtime: FailoverRuntime, require_token: Callable[..., str])
     )
     def segment_drained(name: StreamPath, body: DrainedIn, actor: Actor) -> DrainedOut:
         table = svc.routing(name)
-        seg = next(
-            (s for s in table.segments if s.cluster == body.cluster and s.topic == body.topic),
-            None,
-        )
+        seg = table.segment(body.cluster, body.topic)
         if seg is None:
             raise ConfigError(f"stream {name!r} has no segment {body.topic} on {body.cluster}")
         if seg.state is SegmentState.ACTIVE:

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from streamplane.controlplane.cluster_io import ClusterIO, KafkaClusterIO
+from streamplane.controlplane.cluster_io import FENCED_TOPIC_CONFIG, ClusterIO, KafkaClusterIO
 from streamplane.controlplane.failover_store import FailoverStore, HealthRecord
 from streamplane.controlplane.leadership import DEFAULT_LEASE_S, Leadership, leadership_for
 from streamplane.controlplane.service import ControlPlaneService
@@ -67,6 +67,9 @@ HEALTH_REWRITE_S = 5.0
 # A health record not rewritten for this long is no one's current view (health checks
 # were turned off, or no replica leads): reported as unknown.
 HEALTH_STALE_S = 6 * HEALTH_REWRITE_S
+# A fenced segment is watched this much longer: the brokers apply a config change a
+# moment after the controller took it, and a record taken meanwhile reopens it.
+_FENCE_SETTLE_S = 60.0
 
 
 class FailoverSettings(BaseModel):
@@ -98,9 +101,13 @@ class FailoverSettings(BaseModel):
     sealer_interval: float = Field(default=1.0, gt=0)
     auto_retire: bool = Field(default=True, description="Retire settled sealed segments.")
     retire_interval: float = Field(default=5.0, gt=0)
-    # How long a segment this leader retired is watched for records landing after its
-    # retirement (a producer paused across the failover): any reopen it.
-    retired_watch: float = Field(default=3600.0, ge=0)
+    retired_watch: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds a retired segment is watched for records landing after its "
+        "retirement (a producer paused across the failover): they reopen it. Then its "
+        "topic is fenced (refuses writes).",
+    )
     reader_retention: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,
@@ -178,13 +185,7 @@ class FailoverRuntime:
         self._written: dict[str, tuple[tuple[str, str | None] | None, float]] = {}
         self._first_seen_draining: dict[tuple[str, str, str], float] = {}
         self._last_retire_check: dict[str, float] = {}
-        # Segments this leader retired: (stream, cluster, topic) -> (when, partitions,
-        # end offsets at retirement), watched for late records for ``retired_watch``.
-        self._retired_watch: dict[tuple[str, str, str], tuple[float, int, dict[int, int]]] = {}
         self._last_watch_check = -1e9
-        # Segments reopened by late records, and when: drained reports from before then
-        # (those its retirement recorded) do not settle them again.
-        self._reopened_at: dict[tuple[str, str, str], datetime] = {}
         self._warned: set[tuple[str, str, str]] = set()
         self.started = False
 
@@ -439,45 +440,63 @@ class FailoverRuntime:
                 log.warning("sealer, stream %s: %s", stream, _describe(exc))
         if mono - self._last_watch_check >= self.settings.retire_interval:
             self._last_watch_check = mono
-            self._reopen_late_writes(mono)
+            self._watch_retired()
 
-    def _reopen_late_writes(self, mono: float) -> None:
-        """Reopen (retired -> sealed) a segment retired lately whose end offsets moved
-        past those it was retired at: a producer that had not seen the failover (paused
-        across it, say) wrote there, and a retired segment is not read. An exploratory
-        run paused a producer across a failover: 7,497 acknowledged records landed in
-        the retired segment and no group ever read them. Reopened, they are read, and
-        the segment is retired again once every group reading its lane settled them."""
-        for key, (retired_at, partitions, ends) in list(self._retired_watch.items()):
-            stream, cluster_name, topic = key
-            if mono - retired_at > self.settings.retired_watch:
-                del self._retired_watch[key]
-                continue
-            if self._is_down(cluster_name):
+    def _watch_retired(self) -> None:
+        """Watch the retired segments (``FailoverStore.watched_retirements``): reopen
+        (retired -> sealed) one whose end offsets moved past those it was retired at,
+        and fence one watched for ``retired_watch`` (its topic refuses writes).
+
+        A producer that has not seen the failover (paused across it, say) writes to
+        the old segment, and a retired segment is not read: an exploratory run lost
+        7,497 acknowledged records that way. Reopened, they are read, and the segment
+        is retired again once every group reading its lane settled them. Past the
+        watch, a late write is refused by the broker and the producer's delivery
+        report fails (the application sees it), instead of being acknowledged and never
+        read. The watch is in the store: a new leader goes on with it. A fenced segment
+        is looked at for ``_FENCE_SETTLE_S`` more, for records the broker took while
+        the fence was being applied."""
+        tables: dict[str, RoutingTable | None] = {}
+        watch = timedelta(seconds=self.settings.retired_watch)
+        for r in self.store.watched_retirements(_FENCE_SETTLE_S):
+            key = (r.stream, r.cluster, r.topic)
+            if r.stream not in tables:
+                try:
+                    tables[r.stream] = self.service.routing(r.stream)
+                except NotFound:
+                    tables[r.stream] = None
+            table = tables[r.stream]
+            seg = table.segment(r.cluster, r.topic) if table is not None else None
+            if seg is None or seg.state is not SegmentState.RETIRED or self._is_down(r.cluster):
                 continue
             try:
-                cluster = self.service.store.get_cluster(cluster_name)
-                now = self._io(cluster.bootstrap).end_offsets(
-                    topic, partitions, self.settings.kafka_timeout
-                )
-                late = sum(max(0, o - ends.get(p, 0)) for p, o in now.items())
-                if not late:
-                    continue
-                self._reopened_at[key] = utcnow()
-                self.service.transition_segment(
-                    stream, cluster_name, topic, SegmentState.SEALED, None, actor="sealer"
-                )
+                io = self._io(self.service.store.get_cluster(r.cluster).bootstrap)
+                ends = io.end_offsets(r.topic, seg.partitions, self.settings.kafka_timeout)
+                late = sum(max(0, o - seg.sealed_end_offsets.get(p, 0)) for p, o in ends.items())
+                if late:
+                    self.store.record_reopened(*key)
+                    self.service.transition_segment(
+                        r.stream, r.cluster, r.topic, SegmentState.SEALED, None, actor="sealer"
+                    )
+                    log.warning(
+                        "reopened %s on %s: %d records landed after it was retired (a "
+                        "producer had not seen the failover); they are read, and it is "
+                        "retired again once settled",
+                        r.topic, r.cluster, late,
+                    )  # fmt: skip
+                elif r.fenced_at is None and utcnow() - r.retired_at >= watch:
+                    io.fence(r.topic, self.settings.kafka_timeout)
+                    self.store.record_fenced(*key)
+                    detail = {"cluster": r.cluster, "topic": r.topic, **FENCED_TOPIC_CONFIG}
+                    self.service.store.append_audit(
+                        AuditEntry("sealer", "segment.fenced", r.stream, detail)
+                    )
+                    log.info("fenced %s on %s (retired %s ago): it refuses writes now",
+                             r.topic, r.cluster, utcnow() - r.retired_at)  # fmt: skip
             except (Conflict, NotFound):
                 continue  # the table moved on, or the stream is gone: next round
             except StreamplaneError as exc:
-                self._warn_once(key, "cannot watch %s on %s: %s", topic, cluster_name, exc)
-                continue
-            del self._retired_watch[key]
-            log.warning(
-                "reopened %s on %s: %d records landed after it was retired (a producer had "
-                "not seen the failover); they are read, and it is retired again once settled",
-                topic, cluster_name, late,
-            )  # fmt: skip
+                self._warn_once(key, "cannot watch %s on %s: %s", r.topic, r.cluster, exc)
 
     def _seal_and_retire_stream(self, stream: str, mono: float) -> None:
         try:
@@ -569,7 +588,9 @@ class FailoverRuntime:
         lanes_read = self._lanes_read(stream, table, committed)
         for seg in sealed:
             readers = {group for group, lanes in lanes_read.items() if seg.lane in lanes}
-            reopened_at = self._reopened_at.get((stream, seg.cluster, seg.topic))
+            # Drained reports from before a reopen (those its retirement recorded) do
+            # not settle the late records.
+            reopened_at = self.store.reopened_at(stream, seg.cluster, seg.topic)
             reported = self.store.drained_groups(stream, seg.cluster, seg.topic, reopened_at)
             try:
                 cluster = self.service.store.get_cluster(seg.cluster)
@@ -587,13 +608,11 @@ class FailoverRuntime:
                 for group in check.groups:  # first: each one settled it, and is remembered
                     self.store.record_drained(stream, seg.cluster, seg.topic, group)
                 # Its end offsets at retirement are kept: records landing past them
-                # reopen it (``_reopen_late_writes``).
+                # reopen it (``_watch_retired``).
                 self.service.transition_segment(
                     stream, seg.cluster, seg.topic, SegmentState.RETIRED, end, actor="sealer"
                 )
-                self._retired_watch[(stream, seg.cluster, seg.topic)] = (
-                    mono, seg.partitions, dict(end)
-                )  # fmt: skip
+                self.store.record_retired(stream, seg.cluster, seg.topic)
                 log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
 
     def _lanes_read(

@@ -53,6 +53,22 @@ stream_readers = sa.Table(
     sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
 )
 
+# Segments the sealer retired. A retired segment is watched for records landing past
+# the end offsets it was retired at (``retired_at`` set) for the ``retired_watch``, then
+# fenced (``fenced_at``: its topic refuses writes); a reopen clears ``retired_at`` and
+# sets ``reopened_at`` (drained reports from before then do not settle it again). Kept
+# here, not in the leader's memory: a new leader goes on watching and fencing.
+segment_retirements = sa.Table(
+    "segment_retirements",
+    _md,
+    sa.Column("stream", sa.String(63), primary_key=True),
+    sa.Column("cluster", sa.String(63), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("retired_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("reopened_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("fenced_at", sa.DateTime(timezone=True), nullable=True),
+)
+
 cluster_health = sa.Table(
     "cluster_health",
     _md,
@@ -79,6 +95,17 @@ class LeaderRecord:
     replica: str
     url: str
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """A retired segment still watched: ``fenced_at`` is None until it is fenced."""
+
+    stream: str
+    cluster: str
+    topic: str
+    retired_at: datetime
+    fenced_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -186,9 +213,10 @@ class FailoverStore:
             return out
 
     def forget_stream(self, stream: str) -> None:
-        """Drop a deleted stream's producer heartbeats, drained reports and readers."""
+        """Drop a deleted stream's producer heartbeats, drained reports, readers and
+        retirements."""
         with self.engine.begin() as conn:
-            for table in (producer_heartbeats, segment_drains, stream_readers):
+            for table in (producer_heartbeats, segment_drains, stream_readers, segment_retirements):
                 conn.execute(table.delete().where(table.c.stream == stream))
         self._readers_written = {k: v for k, v in self._readers_written.items() if k[0] != stream}
 
@@ -220,6 +248,67 @@ class FailoverStore:
                 )
             )
             return {r.group_name: set(r.lanes.split(",")) for r in rows}
+
+    # ------------------------------------------------------------------ retirements
+    def record_retired(self, stream: str, cluster: str, topic: str) -> None:
+        """The sealer retired the segment: watched from now on (not fenced yet)."""
+        self._write(
+            segment_retirements,
+            {"stream": stream, "cluster": cluster, "topic": topic},
+            {"retired_at": utcnow(), "fenced_at": None},
+        )
+
+    def record_reopened(self, stream: str, cluster: str, topic: str) -> None:
+        """Records landed in the retired segment and it was reopened: no longer watched."""
+        self._write(
+            segment_retirements,
+            {"stream": stream, "cluster": cluster, "topic": topic},
+            {"retired_at": None, "reopened_at": utcnow()},
+        )
+
+    def reopened_at(self, stream: str, cluster: str, topic: str) -> datetime | None:
+        """When the segment was last reopened (None: never)."""
+        t = segment_retirements
+        with self.engine.connect() as conn:
+            value = conn.execute(
+                sa.select(t.c.reopened_at).where(
+                    t.c.stream == stream, t.c.cluster == cluster, t.c.topic == topic
+                )
+            ).scalar_one_or_none()
+        return _aware(value) if value is not None else None
+
+    def watched_retirements(self, fenced_within_s: float) -> list[Retirement]:
+        """Retired segments still watched: those not fenced yet, and those fenced in
+        the last ``fenced_within_s`` seconds (records the broker took while the fence
+        was being applied are looked for a little longer)."""
+        t = segment_retirements
+        since = utcnow() - timedelta(seconds=fenced_within_s)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t).where(
+                    t.c.retired_at.is_not(None),
+                    sa.or_(t.c.fenced_at.is_(None), t.c.fenced_at >= since),
+                )
+            )
+            return [
+                Retirement(
+                    r.stream,
+                    r.cluster,
+                    r.topic,
+                    _aware(r.retired_at),
+                    _aware(r.fenced_at) if r.fenced_at is not None else None,
+                )
+                for r in rows
+            ]
+
+    def record_fenced(self, stream: str, cluster: str, topic: str) -> None:
+        t = segment_retirements
+        with self.engine.begin() as conn:
+            conn.execute(
+                t.update()
+                .where(t.c.stream == stream, t.c.cluster == cluster, t.c.topic == topic)
+                .values(fenced_at=utcnow())
+            )
 
     # ------------------------------------------------------------------ segments
     def streams_with(self, *states: SegmentState) -> list[str]:

@@ -188,6 +188,34 @@ def _v7_stream_readers(conn: Connection) -> None:
     md.create_all(conn)
 
 
+def _v8_retirements(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "segment_retirements",
+        md,
+        sa.Column("stream", sa.String(63), primary_key=True),
+        sa.Column("cluster", sa.String(63), primary_key=True),
+        sa.Column("topic", sa.String(249), primary_key=True),
+        sa.Column("retired_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("reopened_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("fenced_at", sa.DateTime(timezone=True), nullable=True),
+    )
+    md.create_all(conn)
+    # Segments retired before this version are watched from now on, then fenced.
+    retirements = md.tables["segment_retirements"]
+    segments = sa.table("segments", sa.column("stream"), sa.column("cluster"),
+                        sa.column("topic"), sa.column("state"))  # fmt: skip
+    now = sa.literal(datetime.now(UTC), sa.DateTime(timezone=True))
+    conn.execute(
+        retirements.insert().from_select(
+            ["stream", "cluster", "topic", "retired_at"],
+            sa.select(segments.c.stream, segments.c.cluster, segments.c.topic, now).where(
+                segments.c.state == "retired"
+            ),
+        )
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
@@ -196,6 +224,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "last epoch of deleted streams", _v5_deleted_stream_epochs),
     Migration(6, "the leader's advertised URL", _v6_leader),
     Migration(7, "the lanes each group reads", _v7_stream_readers),
+    Migration(8, "retired segments: watched, reopened, fenced", _v8_retirements),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -160,6 +160,10 @@ class RoutingTable:
             )
         raise ConfigError(f"lane {lane!r} of stream {self.stream!r} has no active segment")
 
+    def segment(self, cluster: str, topic: str) -> Segment | None:
+        """The segment of ``topic`` on ``cluster`` (None: the stream has none)."""
+        return next((s for s in self.segments if s.cluster == cluster and s.topic == topic), None)
+
     def readable(self, lanes: Iterable[str] | None = None) -> list[Segment]:
         """Segments consumers read, in lane priority order, oldest epoch first."""
         wanted = list(lanes) if lanes is not None else list(self.all_lanes)

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from streamplane.client.producer import StreamProducer
-from streamplane.core.routing import new_routing_table
+from streamplane.core.routing import SegmentState, move_lanes, new_routing_table, transition
 from streamplane.exceptions import ProduceError
 
 PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
@@ -141,3 +141,34 @@ def test_close_names_each_cluster_the_records_wait_for() -> None:
 def test_close_with_nothing_queued_raises_nothing() -> None:
     producer = unanswered_producer()
     producer.close(0.1)
+
+
+class _Refused:
+    """A failed delivery report's message (what ``raise_failures`` reads of it)."""
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+
+def test_a_write_refused_by_a_fenced_segment_is_told_as_such() -> None:
+    """A retired segment's topic is fenced (``max.message.bytes=0``) once its watch is
+    over: the broker's answer to a late write is "message size too large", which told
+    the application nothing about what happened."""
+    producer = unanswered_producer(cluster="local-a")
+    table = move_lanes(new_routing_table("s14", ["realtime"], "local-a", 3), ["realtime"], "b")
+    old = table.segments[0].topic
+    for state in (SegmentState.SEALED, SegmentState.RETIRED):
+        table = transition(table, old, "local-a", state, {0: 1})
+    producer._watcher._table = table
+    too_large = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    producer._failures = [(too_large, _Refused(old))]  # type: ignore[list-item]
+    with pytest.raises(ProduceError, match=rf"{old} is a retired segment, fenced: it refuses"):
+        producer.raise_failures()
+    active = table.active("realtime").topic
+    producer._failures = [(too_large, _Refused(active))]  # type: ignore[list-item]
+    with pytest.raises(ProduceError, match=rf"Message size too large \(topic {active}\)"):
+        producer.raise_failures()
+    producer.close(0)

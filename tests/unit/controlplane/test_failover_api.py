@@ -43,6 +43,7 @@ class StubClusterIO:
     commits: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (cluster, what)
     hanging: set[str] = field(default_factory=set)  # topics whose end offsets time out
+    fenced: list[str] = field(default_factory=list)  # topics fenced, in order
 
     def for_bootstrap(self, bootstrap: str) -> _IO:
         return _IO(self, BY_BOOTSTRAP.get(bootstrap, bootstrap))
@@ -80,6 +81,10 @@ class _IO:
             if mine:
                 out[group] = mine
         return out
+
+    def fence(self, topic: str, timeout: float) -> None:
+        self._check()
+        self.stub.fenced.append(topic)
 
     def close(self) -> None:
         pass
@@ -761,3 +766,98 @@ def test_records_landing_in_a_retired_segment_reopen_it(
     clock.now += 5.0
     runtime.seal_and_retire_once()
     assert states(service)[E1] == "retired"
+
+
+def test_a_new_leader_goes_on_watching_the_segments_retired_before_it(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime: FailoverRuntime,
+    runtime_settings: FailoverSettings,
+    io: StubClusterIO,
+) -> None:
+    """The watch was in the retiring leader's memory: after a leader change, records
+    landing in a retired segment were never read."""
+    create_stream(fhttp, partitions=1)
+    failover(fhttp, lanes=["realtime"])
+    io.ends[E1] = {0: 10}
+    io.commits = {"g1": {E1: {0: 10}}}
+    seal_then_retire(runtime)
+    assert states(service)[E1] == "retired"
+
+    successor = FailoverRuntime(
+        service, runtime_settings, leadership=SingleReplica(), io_factory=io.for_bootstrap,
+        clock=Clock(),
+    )  # fmt: skip
+    io.ends[E1] = {0: 25}  # a paused producer resumed
+    successor.seal_and_retire_once()
+    assert states(service)[E1] == "sealed"
+    successor._last_retire_check.clear()
+    successor.seal_and_retire_once()
+    # g1's drained report from the first retirement does not settle the late records,
+    # for this leader either.
+    assert states(service)[E1] == "sealed"
+    io.commits["g1"] = {E1: {0: 25}}
+    successor._last_retire_check.clear()
+    successor.seal_and_retire_once()
+    assert states(service)[E1] == "retired"
+
+
+def test_a_retired_segment_is_fenced_once_its_watch_is_over(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime_settings: FailoverSettings,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    """Past the watch a late write was acknowledged by the broker and never read; the
+    segment's topic is fenced (refuses writes) instead, once, and audited."""
+    settings = runtime_settings.model_copy(update={"retired_watch": 0.0})
+    runtime = FailoverRuntime(
+        service, settings, leadership=SingleReplica(), io_factory=io.for_bootstrap, clock=clock
+    )
+    create_stream(fhttp, partitions=1)
+    failover(fhttp, lanes=["realtime"])
+    io.ends[E1] = {0: 10}
+    io.commits = {"g1": {E1: {0: 10}}}
+    seal_then_retire(runtime)
+    assert states(service)[E1] == "retired" and io.fenced == []
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert io.fenced == [E1]
+    entry = fhttp.get("/v1/audit", params={"stream": "orders"}).json()[0]
+    assert entry["action"] == "segment.fenced" and entry["detail"]["topic"] == E1
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert io.fenced == [E1]  # not again
+
+    # A record the broker took while the fence was being applied is still read.
+    io.ends[E1] = {0: 11}
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert states(service)[E1] == "sealed"
+
+
+def test_the_fence_waits_for_a_down_cluster(
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    runtime_settings: FailoverSettings,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    settings = runtime_settings.model_copy(update={"retired_watch": 0.0})
+    runtime = FailoverRuntime(
+        service, settings, leadership=SingleReplica(), io_factory=io.for_bootstrap, clock=clock
+    )
+    create_stream(fhttp, partitions=1)
+    failover(fhttp, lanes=["realtime"])
+    io.ends[E1] = {0: 10}
+    io.commits = {"g1": {E1: {0: 10}}}
+    seal_then_retire(runtime)
+    io.down.add("local-a")
+    clock.now += 5.0
+    runtime.seal_and_retire_once()  # warned, not raised
+    assert io.fenced == []
+    io.down.clear()
+    clock.now += 5.0
+    runtime.seal_and_retire_once()
+    assert io.fenced == [E1]

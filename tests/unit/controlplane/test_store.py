@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from streamplane.controlplane.failover_store import FailoverStore
 from streamplane.controlplane.migrations import (
     LATEST_VERSION,
     MIGRATIONS,
@@ -62,6 +63,43 @@ def test_old_version_database_is_upgraded_keeping_its_data(db_url: str) -> None:
         rows = conn.execute(sa.text("SELECT version FROM schema_version ORDER BY version")).all()
     assert [r[0] for r in rows] == [m.version for m in MIGRATIONS]
     store.close()
+
+
+def test_segments_retired_before_version_8_are_watched_then_fenced(db_url: str) -> None:
+    """Version 8 keeps retirements in the store (the watch was in the leader's memory):
+    the segments already retired are watched from the upgrade on."""
+    engine = sa.create_engine(db_url)
+    migrate(engine, target=7)
+    table = move_lanes(new_routing_table("old", ["realtime"], "a", 1), ["realtime"], "b")
+    e1 = table.segments[0].topic
+    for state in (SegmentState.SEALED, SegmentState.RETIRED):
+        table = transition(table, e1, "a", state, {0: 5})
+    with engine.begin() as conn:
+        now = datetime.now(UTC)
+        conn.execute(
+            sa.text(
+                "INSERT INTO streams (name, lanes, partitions, dlq_partitions, "
+                "replication_factor, config, max_record_bytes, epoch, created_at) VALUES "
+                "('old', '[\"realtime\"]', 1, 1, 1, '{}', 1048576, :epoch, :now)"
+            ),
+            {"epoch": table.epoch, "now": now},
+        )
+        for i, seg in enumerate(table.segments):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO segments (stream, cluster, topic, position, lane, partitions,"
+                    " state, epoch, sealed_end_offsets) VALUES ('old', :cluster, :topic, :pos,"
+                    " :lane, 1, :state, :epoch, '{}')"
+                ),
+                {"cluster": seg.cluster, "topic": seg.topic, "pos": i, "lane": seg.lane,
+                 "state": seg.state.value, "epoch": seg.epoch},
+            )  # fmt: skip
+    assert migrate(engine) == [8]
+    watched = FailoverStore(engine).watched_retirements(60.0)
+    assert [(r.stream, r.cluster, r.topic, r.fenced_at) for r in watched] == [
+        ("old", "a", e1, None)
+    ]
+    engine.dispose()
 
 
 def test_migrating_twice_does_nothing(db_url: str) -> None:
