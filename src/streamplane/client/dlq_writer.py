@@ -9,17 +9,29 @@ with 1% poison over 1,000,000 records, ~21 us of consuming-thread CPU per pill a
 the reports were being made. So the dlq's producer reports failures only, and its
 writes go out in batches:
 
-- a batch is produced in one burst;
-- once the producer has nothing queued, every write of the batch was acknowledged or
-  reported failed (a failure counts as queued until its report is served), so the
-  batch settles together, less its failures;
-- the next batch goes out once the previous one is in, and at most every
-  ``interval_s``: each batch is one produce request per dlq partition, which is what
-  bounds the broker's CPU per dead letter.
+- a batch is produced in one burst, to the dlq lane's active segment: one cluster,
+  through that cluster's Kafka producer;
+- once that Kafka producer has nothing queued, every write of the batch was
+  acknowledged or reported failed (a failure counts as queued until its report is
+  served), so the batch settles together, less its failures;
+- the next batch for a cluster goes out once that cluster's batch in flight is in,
+  and at most every ``interval_s``: each batch is one produce request per dlq
+  partition, which is what bounds the broker's CPU per dead letter.
+
+Each cluster has a batch in flight of its own. After a failover of the dlq lane off a
+cluster that is down, the batch queued for it waits for that cluster (up to
+librdkafka's ``message.timeout.ms``, 5 minutes by default, then it fails and its
+records are handed out again); the dead letters written since go to the new active
+segment and settle as soon as its cluster acknowledges them. (With one batch in
+flight for the whole writer, and its end told by the producer's queue over every
+cluster, they waited behind the stuck batch, their records parked and holding their
+partitions' low watermarks and time lag.) ``send_batch`` says where a batch went
+(``SentBatch``), so a routing change while it is queued changes nothing here.
 
 A failed write's report names no record (librdkafka hands its key and value back, not
-its headers), so every record of the batch with that key and value is reported
-failed: its owner (the consumer) hands it out again, and dead-letters it again when
+its headers), so every record of its batch with that key and value is reported failed
+(the report names its topic, which tells the batch: one topic per segment, so per
+cluster): its owner (the consumer) hands it out again, and dead-letters it again when
 the application gives up on it again. The dlq lane is at-least-once, as it already is
 across a crash between a dead letter's write and the next commit.
 
@@ -35,12 +47,14 @@ provenance names, until retention.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError as _RawKafkaError
+from confluent_kafka import Message, Producer
 
-from streamplane.client.producer import Record, StreamProducer
+from streamplane.client.producer import Record, SentBatch, StreamProducer
 from streamplane.client.provenance import provenance_only
 from streamplane.exceptions import ProduceError
 
@@ -51,6 +65,38 @@ R = TypeVar("R")
 Letter = tuple[R, str, int]
 # What is written for a dead letter: (value, key, headers).
 Write = Record
+Failure = tuple[_RawKafkaError, Message]
+
+# ``drain`` waits on each stuck cluster's producer at most this long at a time, so a
+# batch to another cluster that comes in meanwhile is seen within it.
+_DRAIN_STEP_S = 0.05
+
+
+class _Batch(Generic[R]):
+    """Dead letters in flight: queued in ``producers`` (their cluster's Kafka producer;
+    two if the routing changed between the batch's two ``send_batch`` calls) for
+    ``topics``."""
+
+    __slots__ = ("failures", "letters", "producers", "topics")
+
+    def __init__(
+        self,
+        letters: list[Letter[R]],
+        producers: tuple[Producer, ...],
+        topics: tuple[str, ...],
+    ) -> None:
+        self.letters = letters
+        self.producers = producers
+        self.topics = topics
+        self.failures: list[Failure] = []  # reported failed writes that may be this batch's
+
+    def queued(self) -> int:
+        """Writes of its producers not done (a failure counts until its report is
+        served): 0 once each of its writes was acknowledged or reported failed."""
+        n = 0
+        for producer in self.producers:
+            n += len(producer)
+        return n
 
 
 class DlqWriter(Generic[R]):
@@ -70,7 +116,10 @@ class DlqWriter(Generic[R]):
         self.interval_s = interval_s
         self.write_of = write_of
         self._waiting: list[Letter[R]] = []
-        self._in_flight: list[Letter[R]] = []
+        # Batches not done, at most one per Kafka producer (per cluster): a cluster that
+        # does not answer holds up its own batch only.
+        self._in_flight: list[_Batch[R]] = []
+        self._in_flight_letters = 0
         self._refused: list[R] = []  # records whose dead letter could not be queued
         # Records (by id) whose dead letter is written with its provenance alone: too
         # large to write whole. Kept until the letter is written or fails.
@@ -79,9 +128,9 @@ class DlqWriter(Generic[R]):
 
     @property
     def pending(self) -> int:
-        """Dead letters not in yet: waiting for a batch, in the one in flight, or
+        """Dead letters not in yet: waiting for a batch, in a batch in flight, or
         refused (to be reported failed at the next ``advance``)."""
-        return len(self._waiting) + len(self._in_flight) + len(self._refused)
+        return len(self._waiting) + self._in_flight_letters + len(self._refused)
 
     def add(self, letters: list[Letter[R]]) -> None:
         """Queue dead letters for the next batch."""
@@ -92,30 +141,51 @@ class DlqWriter(Generic[R]):
         self._waiting = [letter for letter in self._waiting if not unwanted(letter[0])]
         self._refused = [record for record in self._refused if not unwanted(record)]
         if self._whole_too_large:
-            self._whole_too_large &= {id(letter[0]) for letter in self._waiting + self._in_flight}
+            kept = {id(letter[0]) for letter in self._waiting}
+            for batch in self._in_flight:
+                kept.update(id(letter[0]) for letter in batch.letters)
+            self._whole_too_large &= kept
 
     def advance(self, now: float, *, send_now: bool = False) -> tuple[list[R], list[R]]:
-        """Records whose dead letter is in, as (written, failed), once the batch in
-        flight is done; then the next batch goes out if it is due (at once with
-        ``send_now``)."""
+        """Records whose dead letter is in, as (written, failed), from each batch in
+        flight that is done (each cluster's on its own); then the next batch goes out
+        if it is due (at once with ``send_now``) and its cluster has none in flight."""
         written: list[R] = []
         failed: list[R] = []
         if self._refused:
             failed, self._refused = self._refused, []
         if self._in_flight:
-            self.producer.poll(0)  # serves failure reports
-            if self.producer.queued():
-                return written, failed
-            written, lost = self._batch_done()
-            failed += lost
+            self.producer.poll(0)  # serves failure reports (every cluster's)
+            done = [batch for batch in self._in_flight if not batch.queued()]
+            if done:
+                self._take_failures()  # a done batch's failures are all served by now
+                self._in_flight = [batch for batch in self._in_flight if batch not in done]
+                for batch in done:
+                    batch_written, lost = self._batch_done(batch)
+                    written += batch_written
+                    failed += lost
         if self._waiting and (send_now or now >= self._next_batch_at):
-            self._send(now)
+            topic = self.producer.active_topic()  # the dlq lane's: where the batch goes
+            if not any(topic in batch.topics for batch in self._in_flight):
+                self._send(now)
         return written, failed
 
     def drain(self, timeout: float) -> int:
-        """Wait up to ``timeout`` seconds for the batch in flight; how many of its
-        writes are still queued (its records settle at the next ``advance``)."""
-        return self.producer.drain(timeout) if self._in_flight else 0
+        """Wait up to ``timeout`` seconds until a batch in flight is done (whichever
+        cluster's comes in first); how many writes are still queued then (a done
+        batch's records settle at the next ``advance``)."""
+        if not self._in_flight:
+            return 0
+        deadline = time.monotonic() + timeout
+        while True:
+            queued = [batch.queued() for batch in self._in_flight]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not all(queued):
+                return sum(queued)
+            step = min(remaining, _DRAIN_STEP_S)
+            for batch in self._in_flight:  # serves their failure reports too
+                for producer in batch.producers:
+                    producer.flush(step)  # returns once its queue is empty
 
     def close(self) -> None:
         """Let the producer go without waiting: its owner waited for the dead letters it
@@ -132,21 +202,23 @@ class DlqWriter(Generic[R]):
         return provenance_only(*write) if id(letter[0]) in self._whole_too_large else write
 
     def _send(self, now: float) -> None:
+        """Queue the waiting letters as one batch."""
         batch, self._waiting = self._waiting, []
         try:
             # One write at a time (a generator): each one's headers are freed once
             # librdkafka has copied them. Built as a list, a batch's ~6 tracked objects
             # per letter lived through the collections their own allocation started,
             # and went on to the older generations.
-            too_large = self.producer.send_batch(self._write(letter) for letter in batch)
+            sent: list[SentBatch] = [
+                self.producer.send_batch(self._write(letter) for letter in batch)
+            ]
             refused: list[Letter[R]] = []
-            if too_large:
-                stubs = [batch[i] for i in too_large]
+            if sent[0].too_large:
+                stubs = [batch[i] for i in sent[0].too_large]
                 self._too_large(stubs, "over the stream's bound")
-                refused = [  # not even its provenance fits: a failed write
-                    stubs[i]
-                    for i in self.producer.send_batch(self._write(letter) for letter in stubs)
-                ]
+                sent.append(self.producer.send_batch(self._write(letter) for letter in stubs))
+                # not even its provenance fits: a failed write
+                refused = [stubs[i] for i in sent[1].too_large]
         except BaseException:
             # Every letter waits for the next batch. Usually nothing was queued (the
             # producer is closed, or has no dlq lane); if produce itself raised part way,
@@ -161,9 +233,15 @@ class DlqWriter(Generic[R]):
             )
             self._forget(refused)
             self._refused += [letter[0] for letter in refused]
-        gone = {id(letter[0]) for letter in refused}
-        self._in_flight = [letter for letter in batch if id(letter[0]) not in gone]
+            gone = {id(letter[0]) for letter in refused}
+            batch = [letter for letter in batch if id(letter[0]) not in gone]
         self._next_batch_at = now + self.interval_s
+        if not batch:
+            return
+        producers = {id(one.producer): one.producer for one in sent}
+        topics = tuple({one.topic for one in sent})
+        self._in_flight.append(_Batch(batch, tuple(producers.values()), topics))
+        self._in_flight_letters += len(batch)
 
     def _too_large(self, letters: list[Letter[R]], why: str) -> None:
         """From now on, write ``letters`` with their provenance alone."""
@@ -178,9 +256,24 @@ class DlqWriter(Generic[R]):
             )
         self._whole_too_large.update(id(letter[0]) for letter in letters)
 
-    def _batch_done(self) -> tuple[list[R], list[R]]:
-        batch, self._in_flight = self._in_flight, []
+    def _take_failures(self) -> None:
+        """Hand the failures reported so far to the batches in flight they may belong
+        to: those of their topic; a failure of no batch's topic, to every batch
+        (failing a record that was written only writes it twice; settling one that
+        failed would lose it)."""
         failures = self.producer.take_failures()
+        if not failures:
+            return
+        in_flight = self._in_flight
+        for failure in failures:
+            topic = failure[1].topic()
+            owners = [b for b in in_flight if topic in b.topics]
+            for batch in owners or in_flight:
+                batch.failures.append(failure)
+
+    def _batch_done(self, done: _Batch[R]) -> tuple[list[R], list[R]]:
+        batch, failures = done.letters, done.failures
+        self._in_flight_letters -= len(batch)
         if not failures:
             self._forget(batch)
             return [letter[0] for letter in batch], []

@@ -96,6 +96,17 @@ class _Route:
     counts: _TopicCounts
 
 
+@dataclass(frozen=True)
+class SentBatch:
+    """What ``send_batch`` queued, and where: ``producer`` is the Kafka producer that
+    holds the records (``len(producer)``: its writes not done yet, a failure counting
+    until its report is served), ``topic`` the segment they go to."""
+
+    too_large: list[int]  # positions of the records too large to queue
+    producer: Producer
+    topic: str
+
+
 class _NothingQueued:
     """The queue of a retired producer that was let go: empty for good."""
 
@@ -431,11 +442,16 @@ class StreamProducer:
                 self._serve_retired()
             self._report_deliveries()
 
-    def send_batch(self, records: Iterable[Record], lane: str | None = None) -> list[int]:
+    def active_topic(self, lane: str | None = None) -> str:
+        """The segment records sent to ``lane`` (the default lane when None) go to now."""
+        return self._route_for(lane).topic
+
+    def send_batch(self, records: Iterable[Record], lane: str | None = None) -> SentBatch:
         """Queue ``records`` ((value, key, headers) each, bytes) for one lane in order,
-        with one routing lookup for them all. Returns the positions of the records too
-        large to queue: over the stream's bound, or with their headers over librdkafka's
-        ``message.max.bytes`` (every other record is queued). Unlike
+        with one routing lookup for them all. Returns where they went, with the
+        positions of the records too large to queue: over the stream's bound, or with
+        their headers over librdkafka's ``message.max.bytes`` (every other record is
+        queued). Unlike
         ``send``, it serves no delivery reports itself: failures are collected at the
         caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``). ``records`` may
         be a generator: each record is queued (copied by librdkafka) before the next is
@@ -468,7 +484,7 @@ class StreamProducer:
         queued = i + 1 - len(too_large)
         route.counts.sent += queued
         self._sent_since_poll += queued
-        return too_large
+        return SentBatch(too_large, producer, topic)
 
     def _on_gone(self, reason: str) -> None:
         """The stream was deleted: refuse records from now on (those queued already are

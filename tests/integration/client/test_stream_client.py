@@ -372,7 +372,8 @@ def test_send_batch_queues_a_lane_s_records_in_order_and_names_the_ones_too_larg
     records: list[Record] = [(str(i).encode(), b"k", [("n", str(i).encode())]) for i in range(5)]
     records.insert(2, (b"x" * 64, None, None))  # over the bound below
     with StreamProducer(stream, client, max_record_bytes=32) as producer:
-        assert producer.send_batch(records) == [2]
+        sent = producer.send_batch(records)
+        assert sent.too_large == [2] and sent.topic == producer.active_topic()
         producer.flush()
     assert METRICS.delivered[(stream, "realtime")] == 5
 

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
@@ -48,19 +49,21 @@ def fo_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
     fleet.down(purge=True)
 
 
-@pytest.fixture(scope="package")
-def fo_control_plane(
-    tmp_path_factory: pytest.TempPathFactory, fo_fleet: LocalFleet
+@contextlib.contextmanager
+def failover_control_plane(
+    data_dir: Path, fleet: LocalFleet, *extra_args: str
 ) -> Iterator[ControlPlaneProcess]:
+    """A control plane on ``fleet`` with ``HEALTH_ARGS`` (and ``extra_args``), both
+    clusters registered as each other's standby and healthy."""
     cp = ControlPlaneProcess(
-        tmp_path_factory.mktemp("failover-cp"),
+        data_dir,
         token=f"tok-{uuid.uuid4().hex}",
-        extra_args=HEALTH_ARGS,
+        extra_args=(*HEALTH_ARGS, *extra_args),
         log_level="info",
     )
     cp.start()
     try:
-        desc = fo_fleet.descriptor()
+        desc = fleet.descriptor()
         with cp.client() as client:
             client.register_cluster("local-a", desc.bootstrap("local-a"), {"standby": "local-b"})
             client.register_cluster("local-b", desc.bootstrap("local-b"), {"standby": "local-a"})
@@ -68,6 +71,14 @@ def fo_control_plane(
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="package")
+def fo_control_plane(
+    tmp_path_factory: pytest.TempPathFactory, fo_fleet: LocalFleet
+) -> Iterator[ControlPlaneProcess]:
+    with failover_control_plane(tmp_path_factory.mktemp("failover-cp"), fo_fleet) as cp:
+        yield cp
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ from streamplane.kafka.clients import make_consumer, producer_config
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import LocalFleet
 from tests.integration.failover.conftest import (
-    HEALTH_ARGS,
-    all_healthy,
     consume_ids,
+    failover_control_plane,
     segment_states,
 )
 from tests.waiting import wait_for
@@ -29,26 +28,13 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def watch_1s(tmp_path_factory: pytest.TempPathFactory, fo_fleet: LocalFleet) -> Iterator[
-    ControlPlaneProcess
-]:  # fmt: skip
+def watch_1s(
+    tmp_path_factory: pytest.TempPathFactory, fo_fleet: LocalFleet
+) -> Iterator[ControlPlaneProcess]:
     """A control plane of its own on the failover fleet, watching retired segments 1 s."""
-    cp = ControlPlaneProcess(
-        tmp_path_factory.mktemp("fence-cp"),
-        token=f"tok-{uuid.uuid4().hex}",
-        extra_args=(*HEALTH_ARGS, "--retired-watch", "1"),
-        log_level="info",
-    )
-    cp.start()
-    try:
-        desc = fo_fleet.descriptor()
-        with cp.client() as client:
-            client.register_cluster("local-a", desc.bootstrap("local-a"), {"standby": "local-b"})
-            client.register_cluster("local-b", desc.bootstrap("local-b"), {"standby": "local-a"})
-            wait_for("both clusters healthy", lambda: all_healthy(client), 30, every=0.2)
+    data_dir = tmp_path_factory.mktemp("fence-cp")
+    with failover_control_plane(data_dir, fo_fleet, "--retired-watch", "1") as cp:
         yield cp
-    finally:
-        cp.stop()
 
 
 def test_a_retired_segment_refuses_writes_once_its_watch_is_over(

@@ -802,15 +802,15 @@ def test_a_new_leader_goes_on_watching_the_segments_retired_before_it(
     assert states(service)[E1] == "retired"
 
 
-def test_a_retired_segment_is_fenced_once_its_watch_is_over(
+@pytest.fixture
+def e1_retired_watch0(
     fhttp: TestClient,
     service: ControlPlaneService,
     runtime_settings: FailoverSettings,
     io: StubClusterIO,
     clock: Clock,
-) -> None:
-    """Past the watch a late write was acknowledged by the broker and never read; the
-    segment's topic is fenced (refuses writes) instead, once, and audited."""
+) -> FailoverRuntime:
+    """A runtime whose watch is over at once (``retired_watch=0``), e1 just retired."""
     settings = runtime_settings.model_copy(update={"retired_watch": 0.0})
     runtime = FailoverRuntime(
         service, settings, leadership=SingleReplica(), io_factory=io.for_bootstrap, clock=clock
@@ -821,6 +821,19 @@ def test_a_retired_segment_is_fenced_once_its_watch_is_over(
     io.commits = {"g1": {E1: {0: 10}}}
     seal_then_retire(runtime)
     assert states(service)[E1] == "retired" and io.fenced == []
+    return runtime
+
+
+def test_a_retired_segment_is_fenced_once_its_watch_is_over(
+    e1_retired_watch0: FailoverRuntime,
+    fhttp: TestClient,
+    service: ControlPlaneService,
+    io: StubClusterIO,
+    clock: Clock,
+) -> None:
+    """Past the watch a late write was acknowledged by the broker and never read; the
+    segment's topic is fenced (refuses writes) instead, once, and audited."""
+    runtime = e1_retired_watch0
     clock.now += 5.0
     runtime.seal_and_retire_once()
     assert io.fenced == [E1]
@@ -838,21 +851,9 @@ def test_a_retired_segment_is_fenced_once_its_watch_is_over(
 
 
 def test_the_fence_waits_for_a_down_cluster(
-    fhttp: TestClient,
-    service: ControlPlaneService,
-    runtime_settings: FailoverSettings,
-    io: StubClusterIO,
-    clock: Clock,
+    e1_retired_watch0: FailoverRuntime, io: StubClusterIO, clock: Clock
 ) -> None:
-    settings = runtime_settings.model_copy(update={"retired_watch": 0.0})
-    runtime = FailoverRuntime(
-        service, settings, leadership=SingleReplica(), io_factory=io.for_bootstrap, clock=clock
-    )
-    create_stream(fhttp, partitions=1)
-    failover(fhttp, lanes=["realtime"])
-    io.ends[E1] = {0: 10}
-    io.commits = {"g1": {E1: {0: 10}}}
-    seal_then_retire(runtime)
+    runtime = e1_retired_watch0
     io.down.add("local-a")
     clock.now += 5.0
     runtime.seal_and_retire_once()  # warned, not raised
