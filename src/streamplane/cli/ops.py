@@ -50,19 +50,25 @@ from streamplane.exceptions import (
     StreamplaneError,
 )
 from streamplane.ops.autothrottle import (
+    GIVE_UP_AFTER_S,
     Autothrottle,
     AutothrottleParams,
     Cleanup,
     Terminated,
+    ThrottleStepsFailing,
     default_state_file,
     terminate_on,
 )
 from streamplane.ops.executor import (
     INTERRUPTS,
+    STALL_WINDOW_S,
     CheckedPlan,
     Executor,
     ExecutorParams,
     Progress,
+    ReassignmentTimeout,
+    Stall,
+    Standing,
     check_plan,
 )
 from streamplane.ops.kafka_ops import KafkaOpsAdmin
@@ -114,6 +120,14 @@ CAPACITY = ByteSize("size", at_least=1)
 RATE = ByteSize("rate", at_least=1)  # a zero rate would stop replication
 SECONDS = click.FloatRange(min=0, min_open=True)
 """A duration in seconds, > 0."""
+FRACTION = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
+"""A fraction, 0 < x < 1 (the mapper's ``tolerance``)."""
+FRACTION_OR_ZERO = click.FloatRange(min=0, max=1, max_open=True)
+"""A fraction, 0 <= x < 1 (the mapper's ``storage_threshold``)."""
+COUNT = click.IntRange(min=1)
+"""A count, >= 1."""
+BROKER_ID = click.IntRange(min=0)
+"""A broker id, >= 0."""
 
 
 def check_rate_range(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
@@ -175,7 +189,7 @@ def open_admin(bootstrap: str) -> Iterator[KafkaOpsAdmin]:
 
 def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in (
-        click.option("--yes", is_flag=True, help="Apply without asking."),
+        click.option("-y", "--yes", is_flag=True, help="Apply (or cancel) without asking."),
         click.option(
             "--concurrency",
             type=click.IntRange(min=1),
@@ -187,7 +201,18 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--timeout",
             type=SECONDS,
             default=None,
-            help="Seconds per batch before giving up (the batch keeps running).",
+            metavar="SECONDS",
+            help="Stop waiting for a batch after this long (default: wait as long as it "
+            "takes). Nothing is cancelled: the copy goes on in the cluster, exit 1.",
+        ),
+        click.option(
+            "--stall-window",
+            type=SECONDS,
+            default=STALL_WINDOW_S,
+            show_default=True,
+            metavar="SECONDS",
+            help="Warn when no partition has made progress for this long (the apply keeps "
+            "waiting).",
         ),
         click.option("--poll-interval", type=SECONDS, default=1.0, show_default=True),
         click.option("--no-wait", is_flag=True, help="Submit every partition and return."),
@@ -324,6 +349,7 @@ def apply_checked(
     yes: bool,
     concurrency: int,
     timeout: float | None,
+    stall_window: float,
     poll_interval: float,
     no_wait: bool,
     throttle_capacity: int | None,
@@ -331,14 +357,24 @@ def apply_checked(
     max_rate: int | None,
     state_file: Path | None,
     cluster: str | None = None,
+    plan_file: str | None = None,
 ) -> None:
     """Apply a checked plan (asking first unless ``yes``). However it ends, the message
     says where the reassignments stand and what became of the throttles: removed, or
     left (copies still running, or a removal that failed) with the command that ends
-    them. SIGTERM exits 143, Ctrl-C 130, other endings short of success 1."""
+    them. SIGTERM exits 143, Ctrl-C 130, other endings short of success 1.
+
+    ``plan_file``: where the plan is (named in the command that resumes watching after
+    a ``timeout``)."""
     if not checked.changes():
         click.echo("nothing to apply: every partition already has its target replicas")
         return
+    if checked.resumed:
+        click.echo(
+            f"{len(checked.resumed)} partition(s) already being reassigned to the plan's "
+            "replicas (an earlier apply of it): watched, not submitted again",
+            err=True,
+        )
     if not yes:
         confirm_or_exit(f"apply {len(checked.changes())} partition change(s)?")
     state_file = state_file or default_state_file(bootstrap)
@@ -362,10 +398,13 @@ def apply_checked(
     steps = None if throttle is None else ThrottleSteps(throttle, line)
     executor = Executor(
         admin,
-        ExecutorParams(concurrency, poll_interval, timeout, wait=not no_wait),
+        ExecutorParams(
+            concurrency, poll_interval, timeout, wait=not no_wait, stall_window=stall_window
+        ),
         on_progress=line,
         on_poll=(lambda: None) if steps is None else steps.poll,
         before_submit=(lambda _: None) if steps is None else steps.prepare,
+        on_stall=lambda stall: line.note(_stall_text(stall, bootstrap, same)),
     )
     try:
         with contextlib.closing(line), terminate_on(signal.SIGTERM):
@@ -373,6 +412,13 @@ def apply_checked(
     except INTERRUPTS as exc:
         click.echo(f"{exc or 'interrupted'}: {_ended(executor, checked, throttle, same)}", err=True)
         raise SystemExit(143 if isinstance(exc, Terminated) else 130) from None
+    except ReassignmentTimeout as exc:
+        # Stopped waiting, nothing cancelled; the throttles of copies still running stay.
+        def resume(standing: Standing) -> str:
+            return _resume_text(standing, plan_file, same, cancel=throttle is None)
+
+        ending = _ended(executor, checked, throttle, same, resume=resume)
+        raise KafkaError(f"{exc} (--timeout); {ending}", code=exc.code) from exc
     except StreamplaneError as exc:
         ending = _ended(executor, checked, throttle, same)
         raise KafkaError(f"{exc}; {ending}", code=getattr(exc, "code", None)) from exc
@@ -380,7 +426,8 @@ def apply_checked(
         click.echo(f"apply failed: {_ended(executor, checked, throttle, same)}", err=True)
         raise
     if no_wait:
-        click.echo(f"submitted {len(report.submitted)} reassignment(s)")
+        resumed = f" ({len(report.resumed)} already running)" if report.resumed else ""
+        click.echo(f"submitted {len(report.submitted)} reassignment(s){resumed}")
     else:
         click.echo(f"{len(report.completed)} partition(s) reassigned in {report.elapsed:.1f}s")
     for key, err in sorted(report.failed.items()):
@@ -397,7 +444,9 @@ def apply_checked(
         click.echo(throttles.removeprefix("; "), err=True)
 
 
-def confirm_or_exit(question: str) -> None:
+def confirm_or_exit(
+    question: str, *, declined: str = "not applied", yes_does: str = "applies without asking"
+) -> None:
     """Ask before applying. Answering no, or nothing (end of input, as from a script),
     exits 1, not 130: neither is an interrupt (Ctrl-C at the prompt is, and gives 130)."""
     try:
@@ -405,13 +454,51 @@ def confirm_or_exit(question: str) -> None:
     except click.exceptions.Abort as exc:
         if not isinstance(exc.__context__, EOFError):
             raise
-        click.echo(
-            "\nno answer (end of input): not applied; --yes applies without asking", err=True
-        )
+        click.echo(f"\nno answer (end of input): {declined}; --yes {yes_does}", err=True)
         raise SystemExit(1) from None
     if not yes:
-        click.echo("not applied", err=True)
+        click.echo(declined, err=True)
         raise SystemExit(1)
+
+
+def cancel_reassignments(
+    admin: KafkaOpsAdmin, bootstrap: str, *, yes: bool
+) -> list[tuple[str, int]]:
+    """``ops apply --cancel``: name what would be cancelled and ask (unless ``yes``),
+    then cancel exactly that. Without a terminal to ask on (stdin is not a TTY) and
+    without ``yes``, refuse: exit 2, nothing cancelled. Returns the cancelled."""
+    running = sorted(admin.list_reassignments())
+    if not running:
+        click.echo("no reassignment in progress: nothing to cancel")
+        return []
+    topics = sorted({t for t, _ in running})
+    what = (
+        f"{len(running)} reassignment(s) in progress on {bootstrap} "
+        f"(topic(s) {', '.join(topics)}: {_partition_names(running)})"
+    )
+    if not yes:
+        if not sys.stdin.isatty():
+            click.echo(
+                f"error: refusing to cancel {what} without confirmation: stdin is not a "
+                "terminal to ask on; pass --yes (-y) to cancel them without asking",
+                err=True,
+            )
+            raise SystemExit(2)
+        confirm_or_exit(
+            f"cancel {what}? (their partitions go back to the replicas they had)",
+            declined="nothing cancelled",
+            yes_does="cancels without asking",
+        )
+    done = Executor(admin).cancel(running)
+    ended = len(running) - len(done)
+    gone = f" ({ended} had ended before they could be cancelled)" if ended else ""
+    click.echo(f"cancelled {len(done)} reassignment(s){gone}")
+    return done
+
+
+def _partition_names(keys: list[tuple[str, int]], limit: int = 10) -> str:
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def _cluster_args(bootstrap: str, cluster: str | None, state_file: Path) -> str:
@@ -424,12 +511,58 @@ def _cluster_args(bootstrap: str, cluster: str | None, state_file: Path) -> str:
 
 
 def _ended(
-    executor: Executor, checked: CheckedPlan, throttle: Autothrottle | None, same: str
+    executor: Executor,
+    checked: CheckedPlan,
+    throttle: Autothrottle | None,
+    same: str,
+    *,
+    resume: Callable[[Standing], str] | None = None,
 ) -> str:
-    """After an apply ended early: where its reassignments stand, and its throttles."""
+    """After an apply ended early: where its reassignments stand, (``resume``) how to
+    go on from there, and its throttles."""
     cancel_error = executor.report.cancel_error
     failed = f"cancelling failed: {cancel_error}; " if cancel_error else ""
-    return f"{failed}{executor.standing(checked).text()}{_end_throttles(throttle, same)[1]}"
+    standing = executor.standing(checked)
+    how = "" if resume is None else resume(standing)
+    how = f"; {how}" if how else ""
+    return f"{failed}{standing.text()}{how}{_end_throttles(throttle, same)[1]}"
+
+
+def _resume_text(standing: Standing, plan_file: str | None, same: str, *, cancel: bool) -> str:
+    """How to go on after ``--timeout``: watch the copies again (and submit the rest of
+    the plan), or (``cancel``) cancel them; with autothrottle, the throttles' message
+    names the cancel command."""
+    if not standing.running and not standing.not_submitted:
+        return ""
+    plan = shlex.quote(plan_file) if plan_file else "PLAN_FILE"
+    where = "" if plan_file else " (the plan's JSON: `ops map ... --out PLAN_FILE` writes it)"
+    again = f"`streamplane ops apply {plan} {same}` (with the same options)"
+    if not standing.running:
+        return f"{again} submits the rest of the plan{where}"
+    text = (
+        f"the copies go on in the cluster: {again} watches them again, without submitting "
+        f"them again, and submits the rest of the plan{where}"
+    )
+    if cancel:
+        text += f"; `streamplane ops apply --cancel {same}` cancels them"
+    return text
+
+
+def _stall_text(stall: Stall, bootstrap: str, same: str) -> str:
+    """The warning of a stalled batch: the stuck partitions and the commands to inspect
+    or cancel them (the apply keeps waiting)."""
+    if stall.moving:
+        return stall.text()
+    topics = shlex.quote("|".join(stall.topics()))
+    return (
+        f"warning: {stall.text()}. The apply keeps waiting (nothing is cancelled; "
+        "--timeout stops waiting). Inspect: "
+        f"`kafka-reassign-partitions.sh --bootstrap-server {bootstrap} --list`, "
+        f"`kafka-topics.sh --bootstrap-server {bootstrap} --describe --topic {topics}` "
+        "(replicas and ISR), the destination brokers' logs; a destination short of disk "
+        "or a throttle too low stalls a copy. Cancel: Ctrl-C (this batch), or "
+        f"`streamplane ops apply --cancel {same}` (every reassignment in progress)"
+    )
 
 
 def _end_throttles(throttle: Autothrottle | None, same: str) -> tuple[Cleanup | None, str]:
@@ -498,18 +631,23 @@ def map_options(f: Callable[..., Any]) -> Callable[..., Any]:
             metavar="SIZE",
             help="Storage per broker: free = SIZE - bytes held (brokers sharing a disk).",
         ),
-        click.option("--new", "new_ids", multiple=True, type=int, help="A broker to treat as new."),
-        click.option("--retire", multiple=True, type=int, help="A broker to move everything off."),
-        click.option("--dead", multiple=True, type=int, help="A broker to treat as dead."),
+        click.option(
+            "--new", "new_ids", multiple=True, type=BROKER_ID, help="A broker to treat as new."
+        ),
+        click.option(
+            "--retire", multiple=True, type=BROKER_ID, help="A broker to move everything off."
+        ),
+        click.option("--dead", multiple=True, type=BROKER_ID, help="A broker to treat as dead."),
         click.option(
             "--broker-rack",
             "broker_racks",
             multiple=True,
             metavar="ID=RACK",
+            callback=check_broker_racks,
             help="The rack of a dead broker (the cluster no longer says).",
         ),
         click.option(
-            "--min-rack-ids", type=int, default=None, help="Accept fewer racks than replicas."
+            "--min-rack-ids", type=COUNT, default=None, help="Accept fewer racks than replicas."
         ),
         click.option("--optimize-leadership", is_flag=True, help="Balance preferred leaders."),
         click.option(
@@ -557,6 +695,22 @@ _FLAG_PARAMS = (
 _PARAM_NAME = re.compile(rf"\b({'|'.join(_FLAG_PARAMS)})\b(?:=([^\s,;:)]+))?")
 
 
+def _broker_rack(item: str) -> tuple[int, str]:
+    bid, sep, rack = item.partition("=")
+    if not sep or not bid.strip().isdigit() or not rack.strip():
+        raise click.BadParameter(f"expected ID=RACK, got {item!r}", param_hint="--broker-rack")
+    return int(bid), rack.strip()
+
+
+def check_broker_racks(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Callback of ``--broker-rack``: each is ``ID=RACK``, checked before any work."""
+    for item in value:
+        _broker_rack(item)
+    return value
+
+
 def _flag(param: str, value: str | None) -> str:
     flag = "--" + param.replace("_", "-")
     return flag if value is None else f"{flag} {value}"
@@ -582,12 +736,7 @@ def _planning(
                 f"broker(s) {', '.join(map(str, both))} given as both {first} and {second}: "
                 "give each broker one state"
             )
-    racks: dict[int, str] = {}
-    for item in broker_racks:
-        bid, sep, rack = item.partition("=")
-        if not sep or not bid.strip().isdigit() or not rack.strip():
-            raise click.BadParameter(f"expected ID=RACK, got {item!r}", param_hint="--broker-rack")
-        racks[int(bid)] = rack.strip()
+    racks = dict(_broker_rack(item) for item in broker_racks)
     admin = KafkaOpsAdmin(bootstrap)
     try:
         fetcher = MetricsFetcher(LogDirsSource(admin, capacity=capacity))
@@ -629,7 +778,8 @@ def _finish(
                 checked = check_plan(
                     document, admin, allow_mixed_replication=allow_mixed_replication
                 )
-            apply_checked(admin, bootstrap, checked, **exec_opts)
+            plan_file = None if out is None else str(out)
+            apply_checked(admin, bootstrap, checked, plan_file=plan_file, **exec_opts)
     finally:
         admin.close()
 
@@ -642,7 +792,7 @@ def _finish(
     show_default=True,
 )
 @click.option("--force", is_flag=True, help="Re-place every replica from scratch.")
-@click.option("--replication-factor", type=int, default=None)
+@click.option("--replication-factor", type=COUNT, default=None)
 @click.option(
     "--substitution-affinity",
     is_flag=True,
@@ -715,9 +865,12 @@ def _relocation_kwargs(
 def relocation_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for decorator in (
         click.option(
-            "--tolerance", type=float, default=None, help="Fixed tolerance (default: sweep)."
+            "--tolerance",
+            type=FRACTION,
+            default=None,
+            help="Fixed tolerance, 0 < x < 1 (default: sweep).",
         ),
-        click.option("--partition-limit", type=int, default=30, show_default=True),
+        click.option("--partition-limit", type=COUNT, default=30, show_default=True),
         click.option("--min-partition-size", type=SIZE, default="0", show_default=True),
         click.option("--locality-scoped", is_flag=True, help="Move only within the source's rack."),
     ):
@@ -726,8 +879,15 @@ def relocation_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @map_.command("rebalance")
-@click.option("--storage-threshold", type=float, default=0.2, show_default=True)
-@click.option("--storage-threshold-bytes", type=SIZE, default=None, metavar="SIZE")
+@click.option(
+    "--storage-threshold",
+    type=FRACTION_OR_ZERO,
+    default=0.2,
+    show_default=True,
+    help="Offload brokers whose free storage is more than this fraction (0 <= x < 1) below "
+    "the harmonic mean (0: every broker).",
+)
+@click.option("--storage-threshold-bytes", type=CAPACITY, default=None, metavar="SIZE")
 @relocation_options
 @map_options
 def map_rebalance(
@@ -842,7 +1002,8 @@ def map_scale(
 @click.option(
     "--cancel",
     is_flag=True,
-    help="Cancel every reassignment in progress instead, and remove the throttles an "
+    help="Cancel every reassignment in progress instead (named, and asked first unless "
+    "--yes; without a terminal, --yes is required), and remove the throttles an "
     "--autothrottle run left with them (its --state-file).",
 )
 @allow_mixed_option
@@ -868,8 +1029,7 @@ def apply(
     bs = resolve_bootstrap(bootstrap, cluster, url, token)
     with open_admin(bs) as admin:
         if cancel:
-            done = Executor(admin).cancel()
-            click.echo(f"cancelled {len(done)} reassignment(s)")
+            cancel_reassignments(admin, bs, yes=exec_opts["yes"])
             state_file = exec_opts["state_file"] or default_state_file(bs)
             cleanup = remove_recorded_throttles(admin, bs, state_file)
             if cleanup.removed:
@@ -892,10 +1052,13 @@ def apply(
             include_internal=True,
             new_when_empty=False,
         )
-        before = PartitionMap(view.partitions[p.key] for p in checked.target)
+        before = PartitionMap(  # resumed partitions: the replicas they had, not the union
+            view.partitions[p.key].with_replicas(checked.current[p.key].replicas)
+            for p in checked.target
+        )
         after = PartitionMap(p.with_replicas(checked.target[p.key].replicas) for p in before)
         show_plan(Plan("apply", before, after, view.brokers), as_json)
-        apply_checked(admin, bs, checked, cluster=cluster, **exec_opts)
+        apply_checked(admin, bs, checked, cluster=cluster, plan_file=str(plan_file), **exec_opts)
 
 
 # ---------------------------------------------------------------------- throttle
@@ -914,6 +1077,16 @@ def apply(
     "--interval", type=SECONDS, default=5.0, show_default=True, help="Seconds between steps."
 )
 @click.option(
+    "--give-up-after",
+    type=SECONDS,
+    default=GIVE_UP_AFTER_S,
+    show_default=True,
+    metavar="SECONDS",
+    help="A failing step (a broker call error) is retried at every interval, the throttles "
+    "in force kept; give up (remove the throttles, exit 1) once steps have failed without "
+    "a break for this long.",
+)
+@click.option(
     "--state-file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
@@ -929,6 +1102,7 @@ def throttle(
     min_rate: int,
     max_rate: int | None,
     interval: float,
+    give_up_after: float,
     state_file: Path | None,
     forever: bool,
     clear_only: bool,
@@ -941,7 +1115,8 @@ def throttle(
 
     Starts from the throttles a killed run left (its state file): taken over while
     reassignments run, removed if none does. Exits once no reassignment is running
-    (unless --forever), on SIGTERM or Ctrl-C, always clearing.
+    (unless --forever), on SIGTERM or Ctrl-C, always clearing. A step that fails is
+    retried at the next interval (the throttles stay) until --give-up-after.
     """
     bs = resolve_bootstrap(bootstrap, cluster, url, token)
     if capacity_ is None and not clear_only:
@@ -951,6 +1126,7 @@ def throttle(
         limits=ThrottleLimits(minimum=min_rate, maximum=max_rate),
         state_file=state_file or default_state_file(bs),
         interval=interval,
+        give_up_after=give_up_after,
     )
     same = _cluster_args(bs, cluster, params.state_file)
     with open_admin(bs) as admin:
@@ -973,6 +1149,11 @@ def throttle(
         except Terminated as exc:
             click.echo(f"{exc}: {_throttles_left_text(at, same)}", err=True)
             raise SystemExit(143) from None
+        except ThrottleStepsFailing as exc:
+            raise KafkaError(
+                f"{exc}; gave up (--give-up-after): {_throttles_left_text(at, same)}",
+                code=exc.code,
+            ) from exc
         if at.recorded():
             raise KafkaError(f"no reassignment running; {_throttles_left_text(at, same)}")
         click.echo(f"no reassignment running; throttles removed after {steps} step(s)")
@@ -1047,8 +1228,8 @@ def tags_list(
 @tags.command("create-topic")
 @click.argument("cluster")
 @click.argument("topic")
-@click.option("--partitions", type=int, default=1, show_default=True)
-@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option("--partitions", type=COUNT, default=1, show_default=True)
+@click.option("--replication-factor", type=COUNT, default=1, show_default=True)
 @click.option(
     "--broker-tag",
     "broker_tags",
@@ -1060,7 +1241,7 @@ def tags_list(
     "--tag", "tag_items", multiple=True, metavar="KEY=VALUE", help="Tags of the new topic."
 )
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE")
-@click.option("--min-rack-ids", type=int, default=None)
+@click.option("--min-rack-ids", type=COUNT, default=None)
 @json_option
 @connection_options
 def tags_create_topic(

@@ -28,6 +28,12 @@ throttle on a normal exit, on an exception and on SIGTERM/SIGINT (``terminate_on
 turns SIGTERM into ``Terminated``). A value that was already set before we touched it
 is recorded and restored instead of deleted.
 
+A step of ``run()`` that fails (a ``KafkaError``: a broker restarting, a timeout) does
+not end it: the throttles in force stay, the error is logged once per kind (its code,
+else its text) while it lasts, and the step is retried at the next interval. Only when
+steps have failed without a break for ``give_up_after`` seconds does ``run()`` give up
+(``ThrottleStepsFailing``), clearing the throttles on the way out as always.
+
 Only live brokers (those in the cluster metadata) are read or written. A dead broker
 sends nothing, so there is nothing to throttle, and Kafka cannot take a config of a
 broker it does not know (kafka-python sends broker configs to the broker itself:
@@ -73,8 +79,17 @@ TOPIC_KEYS = (LEADER_REPLICAS, FOLLOWER_REPLICAS)
 STATE_VERSION = 1
 
 
+GIVE_UP_AFTER_S = 300.0
+"""Default of ``AutothrottleParams.give_up_after``: five minutes of failing steps (a
+broker restart, a controller election and a client's metadata refresh fit in it)."""
+
+
 class Terminated(StreamplaneError):
     """SIGTERM arrived (raised in the main thread by ``terminate_on``)."""
+
+
+class ThrottleStepsFailing(KafkaError):
+    """Every step failed for ``give_up_after`` seconds: ``run()`` gave up (and cleared)."""
 
 
 @contextlib.contextmanager
@@ -148,11 +163,15 @@ class AutothrottleParams:
     limits: ThrottleLimits
     state_file: Path
     interval: float = 5.0
+    give_up_after: float = GIVE_UP_AFTER_S
+    """Seconds of steps failing without a break before ``run()`` gives up."""
 
     def validate(self) -> None:
         self.limits.validate()
         if self.interval <= 0:
             raise ConfigError("interval must be positive")
+        if self.give_up_after <= 0:
+            raise ConfigError("give_up_after must be positive")
 
 
 @dataclass(frozen=True)
@@ -499,15 +518,26 @@ class Autothrottle:
         """Recover, then step every ``interval`` seconds; always clear on the way out.
 
         ``until_idle``: return once no reassignment has been running for a step (after
-        at least one step). Returns the number of steps taken. Throttles an earlier run
-        left are taken over while their reassignments run (``take_over()``).
+        at least one step). Returns the number of steps taken (failed ones included).
+        Throttles an earlier run left are taken over while their reassignments run
+        (``take_over()``). A step that fails is retried at the next interval, the
+        throttles in force kept, until steps have failed for ``give_up_after`` seconds
+        (``ThrottleStepsFailing``); see the module docstring.
         """
         self.take_over()
         steps = 0
+        failing = _Failing(self.params, self._log)
         try:
             while max_steps is None or steps < max_steps:
-                result = self.step()
+                try:
+                    result = self.step()
+                except KafkaError as exc:
+                    steps += 1
+                    failing.failed(exc, self._clock())
+                    self._sleep(self.params.interval)
+                    continue
                 steps += 1
+                failing.worked(self._clock())
                 if result.reassignments:
                     self._log(
                         f"{result.reassignments} reassignment(s); throttles: "
@@ -524,6 +554,50 @@ class Autothrottle:
             return steps
         finally:
             self.clear()
+
+
+class _Failing:
+    """The failing steps of a ``run()``: each kind of error said once while steps fail
+    (not at every interval), the recovery said once, and the end once they have failed
+    for ``give_up_after`` seconds without a break."""
+
+    def __init__(self, params: AutothrottleParams, log: Callable[[str], None]) -> None:
+        self._params = params
+        self._log = log
+        self._since: float | None = None
+        self._count = 0
+        self._told: set[str] = set()
+
+    def failed(self, exc: KafkaError, now: float) -> None:
+        if self._since is None:
+            self._since = now
+        self._count += 1
+        failing_for = now - self._since
+        if failing_for >= self._params.give_up_after:
+            raise ThrottleStepsFailing(
+                f"throttle steps failed for {failing_for:.0f}s without a break "
+                f"({self._count} attempt(s); the limit is {self._params.give_up_after:g}s), "
+                f"the last one: {exc}",
+                code=exc.code,
+                retriable=exc.retriable,
+            ) from exc
+        kind = exc.code or str(exc)
+        if kind not in self._told:
+            self._told.add(kind)
+            self._log(
+                f"warning: throttle step failed; the throttles in force stay and the step is "
+                f"retried every {self._params.interval:g}s, for up to "
+                f"{self._params.give_up_after:g}s of failures: {exc}"
+            )
+
+    def worked(self, now: float) -> None:
+        if self._since is None:
+            return
+        self._log(
+            f"throttle steps work again, after {self._count} failed step(s) over "
+            f"{now - self._since:.0f}s"
+        )
+        self._since, self._count, self._told = None, 0, set()
 
 
 def _rates_text(values: Mapping[str, str]) -> str:

@@ -4,10 +4,13 @@ brokers at a time, with progress, completion checks and cancel.
 Nothing is applied until the whole plan has been checked against the live cluster:
 ``check_plan`` parses Kafka's reassignment JSON with the mapper's parser (every
 problem at once) against the live brokers and the cluster's current partitions, and
-refuses partitions already being reassigned and, unless ``allow_mixed_replication``, a
-plan that would leave a topic with different replica counts (counting the topic's
-partitions the plan does not list). A refused plan raises ``PlanRejected``
-(a ``ConfigError`` listing the problems) and no request has been sent.
+refuses partitions already being reassigned elsewhere and, unless
+``allow_mixed_replication``, a plan that would leave a topic with different replica counts
+(counting the topic's partitions the plan does not list). A refused plan raises
+``PlanRejected`` (a ``ConfigError`` listing the problems) and no request has been sent.
+A partition already being reassigned to the plan's own replicas (an earlier apply of the
+same plan that stopped waiting: ``timeout``, ``wait=False``, a kill) is *resumed*: it is
+not submitted again, only waited for, in a first batch of its own.
 
 Batches: partitions that copy data are grouped so that at most ``concurrency``
 destination brokers (brokers receiving new replicas) are busy at once, as kafka-kit
@@ -18,10 +21,17 @@ reassignments and every partition shows exactly the target replicas, all in sync
 Only an interrupt (Ctrl-C, SIGTERM: ``KeyboardInterrupt``, ``Terminated``) cancels the
 batch in flight. Anything else that ends an apply leaves it running (Kafka finishes it
 on its own, ``cancel()`` stops it): a batch that outlives ``timeout``
-(``ReassignmentTimeout``), an error (a Kafka call that failed after its retries), and
-partitions that are neither being reassigned nor at their target any more
-(``ReassignmentCancelled``: cancelled by someone else, e.g. another ``ops apply
---cancel``, or reverted). ``standing()`` then says where each partition of the plan is.
+(``ReassignmentTimeout``: the apply stops waiting, nothing is cancelled), an error (a
+Kafka call that failed after its retries), and partitions that are neither being
+reassigned nor at their target any more (``ReassignmentCancelled``: cancelled by
+someone else, e.g. another ``ops apply --cancel``, or reverted). ``standing()`` then
+says where each partition of the plan is.
+
+A batch that makes no progress for ``stall_window`` seconds (no partition finished, no
+new replica joined the ISR, no new replica grew on its broker: sizes are read with
+DescribeLogDirs at most every tenth of the window) is reported to ``on_stall`` with the
+stuck partitions, again every window while it lasts, and once more when it moves again;
+the apply keeps waiting (cancelling a copy on a timer is the operator's call).
 """
 
 from __future__ import annotations
@@ -36,10 +46,13 @@ from streamplane.core.mapper.reassignment_json import parse_reassignment_json
 from streamplane.core.throttle import ReplicaChange
 from streamplane.exceptions import ConfigError, KafkaError
 from streamplane.ops.autothrottle import Terminated
-from streamplane.ops.kafka_ops import OpsAdmin, PartitionState
+from streamplane.ops.kafka_ops import LogDir, OpsAdmin, PartitionState
 
 INTERRUPTS = (KeyboardInterrupt, Terminated)
 """What cancels the batch in flight (Ctrl-C, SIGTERM)."""
+
+STALL_WINDOW_S = 600.0
+"""Default of ``ExecutorParams.stall_window``: 10 minutes without progress is a stall."""
 
 REVERT_GRACE_S = 3.0
 """How long a submitted partition must be seen neither reassigned nor at its target
@@ -84,6 +97,9 @@ class CheckedPlan:
 
     current: PartitionMap
     target: PartitionMap
+    resumed: frozenset[TopicPartition] = frozenset()
+    """Partitions already being reassigned to their target (an earlier apply of the same
+    plan): waited for, not submitted again. Their ``current`` is the replicas they had."""
 
     def changes(self) -> list[tuple[Partition, Partition]]:
         return [
@@ -113,18 +129,25 @@ def check_plan(
     if not allow_mixed_replication:
         problems += _mixed_replication(parsed.partition_map, current)
     running = admin.list_reassignments()
+    resumed: dict[TopicPartition, Partition] = {}
     for p in parsed.partition_map:
-        if p.key in running:
+        r = running.get(p.key)
+        if r is None:
+            continue
+        if set(r.target) == set(p.replicas):
+            had = r.original or current[p.key].replicas
+            resumed[p.key] = Partition(p.topic, p.partition, had, current[p.key].size)
+        else:
             problems.append(
-                f"{p.topic}-{p.partition}: a reassignment is already in progress "
-                "(wait for it or cancel it first)"
+                f"{p.topic}-{p.partition}: a reassignment to {list(r.target)} is already in "
+                "progress (wait for it or cancel it first)"
             )
     if not len(parsed.partition_map):
         problems.append("the plan lists no partitions")
     if problems:
         raise PlanRejected(problems)
-    subset = PartitionMap(current[p.key] for p in parsed.partition_map)
-    return CheckedPlan(subset, parsed.partition_map)
+    subset = PartitionMap(resumed.get(p.key, current[p.key]) for p in parsed.partition_map)
+    return CheckedPlan(subset, parsed.partition_map, frozenset(resumed))
 
 
 MIXED_OVERRIDE = "allow_mixed_replication accepts it"
@@ -228,6 +251,8 @@ class Progress:
 class ExecutionReport:
     submitted: list[TopicPartition] = field(default_factory=list)
     """Accepted by the cluster."""
+    resumed: list[TopicPartition] = field(default_factory=list)
+    """Already being reassigned to their target when the apply started (not submitted)."""
     completed: list[TopicPartition] = field(default_factory=list)
     failed: dict[TopicPartition, str] = field(default_factory=dict)
     """Refused by the cluster."""
@@ -250,6 +275,9 @@ class ExecutorParams:
     left running (``ReassignmentTimeout``)."""
     wait: bool = True
     """False: submit every partition at once and return without waiting."""
+    stall_window: float | None = STALL_WINDOW_S
+    """Seconds without progress before ``on_stall`` is told (None: never). The apply
+    keeps waiting either way."""
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -258,6 +286,8 @@ class ExecutorParams:
             raise ConfigError("poll_interval must be positive")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError("timeout must be positive")
+        if self.stall_window is not None and self.stall_window <= 0:
+            raise ConfigError("stall_window must be positive")
 
 
 class Executor:
@@ -271,6 +301,7 @@ class Executor:
         on_progress: Callable[[Progress], None] = lambda _: None,
         on_poll: Callable[[], None] = lambda: None,
         before_submit: Callable[[list[ReplicaChange]], None] = lambda _: None,
+        on_stall: Callable[[Stall], None] = lambda _: None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -280,6 +311,7 @@ class Executor:
         self._on_progress = on_progress
         self._on_poll = on_poll
         self._before_submit = before_submit
+        self._on_stall = on_stall
         self._sleep = sleep
         self._clock = clock
         self.report = ExecutionReport()
@@ -296,15 +328,23 @@ class Executor:
         if not changes:
             return report
         self._added = {new.key: set(new.replicas) - set(old.replicas) for old, new in changes}
+        resumed = [new for _, new in changes if new.key in plan.resumed]
+        report.resumed = [p.key for p in resumed]
+        fresh = [(old, new) for old, new in changes if new.key not in plan.resumed]
         if not self.params.wait:
-            self._submit([new for _, new in changes], report, plan.current)
+            if fresh:
+                self._submit([new for _, new in fresh], report, plan.current)
             report.elapsed = self._clock() - start
             return report
-        groups = batches(changes, self.params.concurrency)
+        # Resumed partitions are copying already: a first batch of their own, waited for.
+        groups = ([resumed] if resumed else []) + batches(fresh, self.params.concurrency)
         total = sum(len(g) for g in groups)
         for n, group in enumerate(groups, 1):
             try:
-                submitted = self._submit(group, report, plan.current)
+                if n == 1 and resumed:
+                    submitted = {p.key: p for p in group}
+                else:
+                    submitted = self._submit(group, report, plan.current)
                 if submitted:
                     self._wait(submitted, report, n, len(groups), total, start)
             except INTERRUPTS:
@@ -361,6 +401,9 @@ class Executor:
         pending = dict(submitted)
         destinations = tuple(sorted({b for k in submitted for b in self._added.get(k, ())}))
         stray_since: dict[TopicPartition, float] = {}
+        window = self.params.stall_window
+        watch = None if window is None else StallWatch(window, started)
+        copied = CopiedBytes(self.admin, every=max(self.params.poll_interval, (window or 0) / 10))
         while True:
             self._on_poll()
             running = self.admin.list_reassignments()
@@ -389,6 +432,23 @@ class Executor:
                     down=tuple(down),
                 )
             )
+            if watch is not None and pending:
+                adding = {k: self._added.get(k, set()) for k in pending}
+                sizes = copied.sample(now, adding, set(live))
+                news = watch.observe(now, _achieved(adding, states, sizes))
+                if news is not None:
+                    self._on_stall(
+                        Stall(
+                            seconds=watch.idle(now) if news == "stalled" else 0.0,
+                            batch=batch,
+                            batches=batches_total,
+                            stuck=tuple(
+                                _stuck(k, adding[k], states.get(k), set(live))
+                                for k in sorted(adding)
+                            ),
+                            moving=news == "moving",
+                        )
+                    )
             reverted = [k for k, since in stray_since.items() if now - since >= REVERT_GRACE_S]
             if reverted:
                 raise ReassignmentCancelled(reverted)
@@ -397,8 +457,8 @@ class Executor:
             if self.params.timeout is not None and now - started > self.params.timeout:
                 raise ReassignmentTimeout(
                     f"{len(pending)} partition(s) not reassigned after {self.params.timeout:g}s "
-                    f"(e.g. {_name(next(iter(pending)))}); they keep running: "
-                    "`streamplane ops apply --cancel` stops them",
+                    f"(e.g. {_name(next(iter(pending)))}): stopped waiting, nothing cancelled, "
+                    "they keep running in the cluster",
                     pending,
                 )
             self._sleep(self.params.poll_interval)
@@ -421,6 +481,191 @@ class Executor:
             if self._clock() >= deadline:
                 return sorted(set(cancelled))
             self._sleep(min(0.2, max(0.0, deadline - self._clock())))
+
+
+@dataclass(frozen=True)
+class StuckPartition:
+    """A partition of a stalled batch, and what can be told about why it does not move."""
+
+    key: TopicPartition
+    adding: tuple[int, ...]
+    """The brokers receiving a new replica."""
+    not_in_isr: tuple[int, ...]
+    """Of ``adding``, those not (yet) in the ISR."""
+    down: tuple[int, ...]
+    """Of ``adding``, those not alive."""
+
+    def text(self) -> str:
+        if not self.adding:
+            return _name(self.key)
+        if self.down:
+            why = f"broker(s) {_ids(self.down)} not alive"
+        elif self.not_in_isr:
+            why = f"{_ids(self.not_in_isr)} not in the ISR yet"
+        else:
+            why = "in the ISR, not yet complete"
+        return f"{_name(self.key)} (adding broker(s) {_ids(self.adding)}: {why})"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A batch that made no progress for ``seconds`` (or, ``moving``, that moves again)."""
+
+    seconds: float
+    batch: int
+    batches: int
+    stuck: tuple[StuckPartition, ...]
+    moving: bool = False
+
+    def keys(self) -> list[TopicPartition]:
+        return [p.key for p in self.stuck]
+
+    def topics(self) -> list[str]:
+        return sorted({t for t, _ in self.keys()})
+
+    def text(self, limit: int = 10) -> str:
+        if self.moving:
+            return (
+                f"the reassignments of batch {self.batch}/{self.batches} are moving again "
+                f"({len(self.stuck)} partition(s) to go)"
+            )
+        shown = ", ".join(p.text() for p in self.stuck[:limit])
+        more = f" and {len(self.stuck) - limit} more" if len(self.stuck) > limit else ""
+        return (
+            f"no progress for {_duration(self.seconds)} in batch {self.batch}/{self.batches} "
+            f"(no partition finished, no new replica joined the ISR or grew): "
+            f"{len(self.stuck)} partition(s) stuck: {shown}{more}"
+        )
+
+
+class StallWatch:
+    """Tells when nothing moved for ``window`` seconds. Pure: ``observe()`` is given, for
+    each partition still pending, what it has achieved so far (numbers that only grow
+    while it moves: new replicas in the ISR, bytes copied); progress is a partition that
+    finished or a number above its best so far (so a replica leaving the ISR and coming
+    back, or retention shrinking a log, is not progress)."""
+
+    def __init__(self, window: float, now: float) -> None:
+        if window <= 0:
+            raise ConfigError("stall window must be positive")
+        self.window = window
+        self._since = now
+        self._best: dict[TopicPartition, tuple[int, ...]] = {}
+        self._told_at: float | None = None
+
+    def idle(self, now: float) -> float:
+        """Seconds since the last progress."""
+        return now - self._since
+
+    def observe(self, now: float, marks: Mapping[TopicPartition, tuple[int, ...]]) -> str | None:
+        """``"stalled"`` when nothing moved for the window (again every window while it
+        lasts), ``"moving"`` at the first progress after that, else None."""
+        progressed = any(k not in marks for k in self._best)  # finished
+        for key, mark in marks.items():
+            best = self._best.get(key)
+            if best is None:
+                self._best[key] = mark
+            elif any(m > b for m, b in zip(mark, best, strict=True)):
+                progressed = True
+                self._best[key] = tuple(max(m, b) for m, b in zip(mark, best, strict=True))
+        for key in [k for k in self._best if k not in marks]:
+            del self._best[key]
+        if progressed:
+            self._since = now
+            if self._told_at is not None:
+                self._told_at = None
+                return "moving"
+            return None
+        if self.idle(now) >= self.window and (
+            self._told_at is None or now - self._told_at >= self.window
+        ):
+            self._told_at = now
+            return "stalled"
+        return None
+
+
+class CopiedBytes:
+    """The size of each pending partition's new replicas on the brokers receiving them
+    (DescribeLogDirs), read at most every ``every`` seconds and only from live brokers
+    (asking a dead one would hold the apply for the client's retries); a broker (or a
+    call) that does not answer keeps its last figures: these are only for noticing a
+    stall, never a reason to end an apply."""
+
+    def __init__(self, admin: OpsAdmin, every: float) -> None:
+        self._admin = admin
+        self._every = every
+        self._read_at: float | None = None
+        self._sizes: dict[tuple[int, TopicPartition], int] = {}
+
+    def sample(
+        self, now: float, adding: Mapping[TopicPartition, Collection[int]], live: Collection[int]
+    ) -> dict[TopicPartition, int]:
+        brokers = sorted({b for bs in adding.values() for b in bs} & set(live))
+        if brokers and (self._read_at is None or now - self._read_at >= self._every):
+            self._read_at = now
+            try:
+                answers = self._admin.log_dirs(brokers)
+            except KafkaError:
+                answers = {}
+            for bid, dirs in answers.items():
+                if isinstance(dirs, KafkaError):
+                    continue
+                self._sizes.update(_replica_sizes(bid, dirs, adding))
+        return {key: sum(self._sizes.get((b, key), 0) for b in bs) for key, bs in adding.items()}
+
+
+def _replica_sizes(
+    bid: int, dirs: Sequence[LogDir], adding: Mapping[TopicPartition, Collection[int]]
+) -> dict[tuple[int, TopicPartition], int]:
+    out: dict[tuple[int, TopicPartition], int] = {}
+    for d in dirs:
+        for key, size in d.sizes.items():
+            if bid in adding.get(key, ()):
+                out[(bid, key)] = max(out.get((bid, key), 0), size)
+    return out
+
+
+def _achieved(
+    adding: Mapping[TopicPartition, Collection[int]],
+    states: Mapping[TopicPartition, PartitionState],
+    sizes: Mapping[TopicPartition, int],
+) -> dict[TopicPartition, tuple[int, int]]:
+    """What each pending partition has achieved: new replicas in the ISR, bytes copied."""
+    out = {}
+    for key, added in adding.items():
+        state = states.get(key)
+        in_isr = len(set(added) & set(state.isr)) if state is not None else 0
+        out[key] = (in_isr, sizes.get(key, 0))
+    return out
+
+
+def _stuck(
+    key: TopicPartition, adding: Collection[int], state: PartitionState | None, live: set[int]
+) -> StuckPartition:
+    added = tuple(sorted(adding))
+    isr = set(state.isr) if state is not None else set()
+    return StuckPartition(
+        key,
+        added,
+        tuple(b for b in added if b not in isr),
+        tuple(b for b in added if b not in live),
+    )
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def _duration(seconds: float) -> str:
+    """``0.5s``, ``45s``, ``10m``, ``12m30s``, ``1h05m``."""
+    if seconds < 10:
+        return f"{seconds:.1f}".removesuffix(".0") + "s"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m" + (f"{s % 60:02d}s" if s % 60 else "")
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 @dataclass(frozen=True)
@@ -481,7 +726,7 @@ def standing_of(
                 else "cancelled"
                 if key in report.cancelled
                 else "unknown"
-                if key in report.submitted
+                if key in report.submitted or key in report.resumed
                 else "not_submitted"
             )
         elif key in running:
@@ -490,7 +735,7 @@ def standing_of(
             kind = "done"
         elif key in report.cancelled:
             kind = "cancelled"
-        elif key in report.submitted:
+        elif key in report.submitted or key in report.resumed:
             kind = "cancelled_elsewhere"
         else:
             kind = "not_submitted"

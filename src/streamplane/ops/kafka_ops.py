@@ -88,6 +88,16 @@ class Reassignment:
     def key(self) -> TopicPartition:
         return (self.topic, self.partition)
 
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas the partition will have (Kafka lists the target first, in order)."""
+        return tuple(b for b in self.replicas if b not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """The replicas the partition had (and gets back if the reassignment is cancelled)."""
+        return tuple(b for b in self.replicas if b not in self.adding)
+
 
 @dataclass(frozen=True, slots=True)
 class ConfigChange:

@@ -131,7 +131,7 @@ def test_a_timeout_leaves_the_copy_running_throttled_until_cancel(
     assert "broker:3" in describe_throttles(ops_admin, [topic])
     assert state.exists()
     cancelled = cli("ops", "apply", "--cancel", "--bootstrap", racked4.bootstrap,
-                    "--state-file", str(state))  # fmt: skip
+                    "--state-file", str(state), "--yes")  # fmt: skip
     assert cancelled.returncode == 0, cancelled.stderr
     assert "cancelled 1 reassignment(s)" in cancelled.stdout
     assert "removed throttles from 3 resource(s)" in cancelled.stdout

@@ -76,7 +76,7 @@ def test_an_apply_whose_copy_is_cancelled_from_another_shell_ends_with_an_error(
     )  # fmt: skip
     try:
         wait_for("the copy running", lambda: ops_admin.list_reassignments() != {}, 30, every=0.25)
-        cancelled = cli("ops", "apply", "--cancel", "--bootstrap", racked4.bootstrap)
+        cancelled = cli("ops", "apply", "--cancel", "--bootstrap", racked4.bootstrap, "--yes")
         assert cancelled.returncode == 0, cancelled.stderr
         assert applying.wait(60) == 1, log.read_text()
     finally:

@@ -114,7 +114,7 @@ def test_a_timeout_leaves_the_batch_running_with_its_throttles_until_cancel(
     assert ("broker", "4") in cluster.throttle_configs()
     assert state.exists()
 
-    cancelled = cli("ops", "apply", "--cancel", *FAST[:2], "--state-file", str(state))
+    cancelled = cli("ops", "apply", "--cancel", *FAST[:2], "--state-file", str(state), "--yes")
     assert cancelled.code == 0, cancelled.err
     assert "cancelled 1 reassignment(s)" in cancelled.out
     assert "removed throttles from 5 resource(s)" in cancelled.out
