@@ -757,6 +757,7 @@ def _planning(
 def _finish(
     admin: KafkaOpsAdmin,
     bootstrap: str,
+    cluster: str | None,
     plan_: Plan,
     out: Path | None,
     as_json: bool,
@@ -779,7 +780,9 @@ def _finish(
                     document, admin, allow_mixed_replication=allow_mixed_replication
                 )
             plan_file = None if out is None else str(out)
-            apply_checked(admin, bootstrap, checked, plan_file=plan_file, **exec_opts)
+            apply_checked(
+                admin, bootstrap, checked, cluster=cluster, plan_file=plan_file, **exec_opts
+            )
     finally:
         admin.close()
 
@@ -841,7 +844,7 @@ def map_rebuild(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
 
 
 def _relocation_kwargs(
@@ -935,7 +938,7 @@ def map_rebalance(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
 
 
 @map_.command("scale")
@@ -993,7 +996,7 @@ def map_scale(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
 
 
 # ---------------------------------------------------------------------- apply

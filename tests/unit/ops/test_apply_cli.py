@@ -269,3 +269,19 @@ def test_a_broker_given_two_states_is_refused(
     assert result.err.startswith("error: ") and result.err.count("\n") == 1, result.err
     assert both in result.err
     assert result.out == ""
+
+
+def test_map_apply_on_a_named_cluster_names_it_in_its_messages(
+    cluster: StubOpsAdmin, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ops map ... --apply --cluster C` did not hand the cluster on: the commands its
+    messages name used `--bootstrap <address>` instead of `--cluster C`."""
+    monkeypatch.setattr("streamplane.cli.ops.resolve_bootstrap", lambda *_args: "stub:9092")
+    cluster.reassignment_steps = 1_000_000  # still copying when the timeout comes
+    result = cli(
+        "ops", "map", "scale", "--new", "4", "--strategy", "count", "--apply", "--yes",
+        "--cluster", "prod", "--poll-interval", "0.01", "--timeout", "0.2",
+    )  # fmt: skip
+    assert result.code != 0
+    assert "--cluster prod" in result.err, result.err
+    assert "--bootstrap" not in result.err, result.err
