@@ -607,12 +607,13 @@ class FailoverRuntime:
             if check.retire:
                 for group in check.groups:  # first: each one settled it, and is remembered
                     self.store.record_drained(stream, seg.cluster, seg.topic, group)
-                # Its end offsets at retirement are kept: records landing past them
-                # reopen it (``_watch_retired``).
+                # Watched from now on (first: a row for a segment that is not retired
+                # is passed over); its end offsets at retirement are kept, and records
+                # landing past them reopen it (``_watch_retired``).
+                self.store.record_retired(stream, seg.cluster, seg.topic)
                 self.service.transition_segment(
                     stream, seg.cluster, seg.topic, SegmentState.RETIRED, end, actor="sealer"
                 )
-                self.store.record_retired(stream, seg.cluster, seg.topic)
                 log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
 
     def _lanes_read(
