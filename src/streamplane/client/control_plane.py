@@ -279,6 +279,11 @@ class ControlPlaneClient:
         path = f"/v1/streams/{_seg(stream)}/producers/{_seg(producer_id)}/heartbeat"
         return self._json("POST", path, json={"epoch": epoch})  # type: ignore[no-any-return]
 
+    def producer_left(self, stream: str, producer_id: str, timeout: float = 2.0) -> None:
+        """A producer closed: the sealer stops waiting for its heartbeats."""
+        path = f"/v1/streams/{_seg(stream)}/producers/{_seg(producer_id)}"
+        self._json("DELETE", path, timeout=timeout)
+
     def report_drained(self, stream: str, group: str, cluster: str, topic: str) -> dict[str, Any]:
         """Say that ``group`` has settled every record of a sealed segment."""
         body = {"group": group, "cluster": cluster, "topic": topic}

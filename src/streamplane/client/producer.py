@@ -293,7 +293,6 @@ class StreamProducer:
             return
         self._closed = True
         self._watcher.stop()
-        self.heartbeat.stop()
         try:
             waiting = self._drain(timeout)
             if waiting:
@@ -302,6 +301,10 @@ class StreamProducer:
         finally:
             self._producers.clear()
             self._retired = []
+            # Heartbeats go on while the queue drains (records may still be on their
+            # way to a draining segment, which must not be sealed before they land);
+            # then the producer deregisters, so the sealer stops waiting for it.
+            self.heartbeat.leave()
 
     @property
     def epoch(self) -> int:

@@ -6,7 +6,8 @@ a producer reports its epoch on a timer and right after it switches (``beat_now`
 daemon thread sends it; errors never reach the producer: with the control plane away
 the producer keeps writing (fail-static) and the heartbeat resumes when it returns.
 Without a token (401) the heartbeat stops after one warning; the control plane then
-relies on its grace period for this producer. A wrong token (403) is a mistake to fix,
+relies on its grace period for this producer. ``leave`` (at the producer's close)
+deregisters it. A wrong token (403) is a mistake to fix,
 not a mode: the first heartbeat is sent by ``start``, which raises ``Unauthorized``
 (``generate --token wrong`` used to print a warning and produce every record anyway,
 exit 0, unseen by the sealer).
@@ -27,6 +28,8 @@ from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable, U
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 1.0
+# How long ``leave`` waits for a beat in flight, and for the control plane's answer.
+_LEAVE_TIMEOUT_S = 2.0
 
 
 def new_producer_id() -> str:
@@ -81,6 +84,22 @@ class ProducerHeartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def leave(self) -> None:
+        """Stop, and tell the control plane this producer is gone (it counted as live
+        for ``producer_liveness`` after its last heartbeat, holding up the sealing of a
+        segment it would never write to again). Best effort: with the control plane
+        away, or the heartbeat refused, the producer simply stops beating."""
+        self.stop()
+        thread, self._thread = self._thread, None
+        if thread is None:  # never started, or refused: never counted as live
+            return
+        thread.join(_LEAVE_TIMEOUT_S)  # a beat in flight would count it live again
+        try:
+            self._client.producer_left(self._stream, self.producer_id, timeout=_LEAVE_TIMEOUT_S)
+        except ControlPlaneError as exc:
+            log.debug("telling the control plane producer %s left failed: %s",
+                      self.producer_id, exc)  # fmt: skip
 
     def _beat(self) -> None:
         epoch = self._epoch()

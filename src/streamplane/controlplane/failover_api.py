@@ -2,6 +2,8 @@
 
 - ``POST /v1/streams/{name}/producers/{producer_id}/heartbeat`` ``{epoch}``: a producer
   says which routing epoch it writes with (the sealer waits for every live one);
+- ``DELETE /v1/streams/{name}/producers/{producer_id}``: a producer closed (the sealer
+  stops waiting for it at once, not after ``producer_liveness``);
 - ``POST /v1/streams/{name}/segments/drained`` ``{group, cluster, topic}``: a group has
   settled a sealed segment (the sealer retires it once every reading group has);
 - ``POST /v1/streams/{name}/segments/lost`` ``{cluster, reason}``: an operator declares
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamplane.controlplane.failover_runtime import FailoverRuntime
@@ -140,6 +142,20 @@ def failover_router(runtime: FailoverRuntime, require_token: Callable[..., str])
         return HeartbeatOut(
             stream=name, producer_id=producer_id, epoch=body.epoch, stream_epoch=epochs[name]
         )
+
+    @router.delete(
+        "/v1/streams/{name}/producers/{producer_id}",
+        status_code=204,
+        response_class=Response,
+        responses=_errors(400, 401, 403, 422),
+        tags=["failover"],
+        description="A producer closed: it no longer counts among the stream's live "
+        "producers (idempotent).",
+    )
+    def producer_left(name: StreamPath, producer_id: ProducerPath, actor: Actor) -> Response:
+        validate_stream_name(name)
+        runtime.store.forget_producer(name, producer_id)
+        return Response(status_code=204)
 
     @router.post(
         "/v1/streams/{name}/segments/drained",

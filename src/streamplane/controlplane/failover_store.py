@@ -166,6 +166,12 @@ class FailoverStore:
             )
             return {r.producer_id: int(r.epoch) for r in rows}
 
+    def forget_producer(self, stream: str, producer_id: str) -> None:
+        """A producer closed: it is no longer live."""
+        t = producer_heartbeats
+        with self.engine.begin() as conn:
+            conn.execute(t.delete().where(t.c.stream == stream, t.c.producer_id == producer_id))
+
     def forget_producers(self, older_than_s: float) -> int:
         since = utcnow() - timedelta(seconds=older_than_s)
         with self.engine.begin() as conn:

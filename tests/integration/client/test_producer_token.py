@@ -63,3 +63,17 @@ def test_without_a_token_the_producer_writes_and_says_the_sealer_cannot_see_it(
         producer.send(b"x")
     assert "refused" in caplog.text and "missing API token" in caplog.text
     assert records_in(control_plane, stream) == 1
+
+
+def test_a_closed_producer_is_no_longer_live_at_once(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    """A closed producer stayed among the stream's live producers for
+    ``producer_liveness`` (the sealer waited for it); it deregisters at close now."""
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1)
+    with control_plane.client() as cp:
+        producer = StreamProducer(stream, control_plane=cp).open()
+        producer.send(b"x")
+        assert producer.heartbeat.producer_id in cp.segments(stream)["producers"]
+        producer.close()
+        assert cp.segments(stream)["producers"] == {}

@@ -181,6 +181,22 @@ def test_producer_heartbeat(fhttp: TestClient, runtime: FailoverRuntime) -> None
     assert fhttp.post(path, json={"epoch": -1}, headers=AUTH).status_code == 422
 
 
+def test_a_producer_that_left_is_no_longer_live(
+    fhttp: TestClient, runtime: FailoverRuntime
+) -> None:
+    """A closed producer counted as live for ``producer_liveness`` after its last
+    heartbeat, holding up the sealing of a segment it would never write to again."""
+    create_stream(fhttp)
+    beat = "/v1/streams/orders/producers/host-1-42/heartbeat"
+    fhttp.post(beat, json={"epoch": 1}, headers=AUTH)
+    fhttp.post("/v1/streams/orders/producers/other/heartbeat", json={"epoch": 1}, headers=AUTH)
+    path = "/v1/streams/orders/producers/host-1-42"
+    assert fhttp.delete(path).status_code == 401
+    assert fhttp.delete(path, headers=AUTH).status_code == 204
+    assert runtime.store.live_producers("orders", 60) == {"other": 1}
+    assert fhttp.delete(path, headers=AUTH).status_code == 204  # idempotent
+
+
 def test_segments_drained_and_listing(fhttp: TestClient) -> None:
     create_stream(fhttp)
     body = {"group": "indexer", "cluster": "local-a", "topic": "sp.orders.realtime.e1"}
