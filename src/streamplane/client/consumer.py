@@ -21,8 +21,11 @@
   waits for a commit's round trip or a spill's write; ``commit()`` waits.
 - Which partitions this member reads comes from the control plane's Assigner
   (``membership.GroupMembership``): leases renewed by heartbeats, released units
-  committed first, commits fenced once a lease ran out, fail-static while the control
-  plane is away. ``assigner=False`` reads every partition (a group of one).
+  committed first; once a lease may have run out (no heartbeat answered for it: a
+  stopped or starved process) nothing is committed or handed out until a heartbeat
+  answers, and the records of units lost meanwhile are dropped, never committed;
+  fail-static while the control plane is away. ``assigner=False`` reads every partition
+  (a group of one).
 - A partition holding ``max_in_flight`` unsettled records is paused until some settle:
   memory stays bounded, and so does the commit state (its holes are unsettled
   records). A record stuck at the low watermark does not pause the partition by
@@ -456,6 +459,7 @@ class StreamConsumer:
         self._heartbeat_interval_s = heartbeat_interval_s
         self._membership: GroupMembership | None = None
         self._fenced_logged = False
+        self._lapse_logged = False
         self._last_load = (time.monotonic(), 0)
         self._cpu_smoothed: float | None = None
         self._rate_smoothed: float | None = None
@@ -500,6 +504,9 @@ class StreamConsumer:
         self._last_commit = time.monotonic()
         self._opened = False
         self._closed = False
+        # The batch an iteration (or a sequential ``run``) is handing out: ``close`` empties
+        # it, so the loop stops at the next record at no cost per record (``_handed_out``).
+        self._in_hand: list[StreamMessage] | None = None
         self.stats = {"delivered": 0, "acked": 0, "nacked": 0, "rejected": 0, "dlq": 0}
         METRICS.track_consumer(self)  # metrics
 
@@ -579,6 +586,12 @@ class StreamConsumer:
             self._closed = True
             return
         self._closed = True
+        in_hand = self._in_hand
+        if in_hand is not None:
+            # An iteration or a sequential ``run`` hands out nothing more, not even the
+            # rest of its batch: their acks would come after this commit, and be lost
+            # (the records handled again by the next reader).
+            in_hand.clear()
         # A poll running on another thread (``run``, an iteration) returns first: closing
         # a librdkafka client under its consume call hung, and its housekeeping then
         # found the committer stopped.
@@ -669,7 +682,9 @@ class StreamConsumer:
     def _assign(self, table: RoutingTable) -> None:
         """Read what the routing offers and (with the Assigner) what this member owns."""
         assert self._lanes is not None
-        owned = self._membership.owned if self._membership is not None else None
+        owned, to_release = (
+            self._membership.assignment() if self._membership is not None else (None, frozenset())
+        )
         wanted: dict[PartitionKey, tuple[str, int]] = {}
         for seg in table.readable(self._lanes):
             for p in range(seg.partitions):
@@ -684,11 +699,27 @@ class StreamConsumer:
         if unloaded and self._membership is not None:
             self._membership.released(unloaded)
         if gone:
-            self.commit()
+            # Units that are neither ours nor ours to give back any more (our lease on
+            # them ran out, or a restarted Assigner gave them to a member that claimed
+            # them too: another member may hold them) are not committed: our state of
+            # them is stale, and would overwrite the new holder's progress.
+            lost = {k for k in gone if owned is not None and k not in owned and k not in to_release}
+            if lost:
+                log.warning(
+                    "%s (group %s): lost %s to another member (no longer leased to us): "
+                    "their buffered records are dropped, not committed; the new holder "
+                    "reads them",
+                    self.stream,
+                    self.group,
+                    counted(len(lost), "work unit"),
+                )
+            dropped = [self._states.pop(k) for k in gone if k in lost]
+            self.commit()  # the others: committed before they are let go
+            dropped += [self._states.pop(k) for k in gone if k not in lost]
             by_fetcher: dict[tuple[str, int], list[TopicPartition]] = {}
             released = []
-            for k in gone:
-                state = self._states.pop(k)
+            for state in dropped:
+                k = state.key
                 by_fetcher.setdefault((k.cluster, state.priority), []).append(
                     TopicPartition(k.topic, k.partition)
                 )
@@ -707,7 +738,7 @@ class StreamConsumer:
             if self._dlq is not None:
                 self._dlq.discard(lambda m: m._run.state.revoked)
             if self._membership is not None:
-                self._membership.released(gone)
+                self._membership.released([k for k in gone if k not in lost])
         by_cluster_new: dict[str, list[PartitionKey]] = {}
         for k in new:
             by_cluster_new.setdefault(k.cluster, []).append(k)
@@ -814,7 +845,9 @@ class StreamConsumer:
         back is committed and released before its lease runs out, instead of moving
         with its handled records uncommitted), when ``stop`` is set, and when the
         application leaves the loop (they stayed handed out and unsettled, holding the
-        low watermark until a restart).
+        low watermark until a restart). ``close`` empties the batch (``_in_hand``): the
+        loop ends at the next record, as the records after it would be handled after
+        the closing commit, their acks lost.
         """
         self.open()
         changed = self._membership.changed if self._membership is not None else None
@@ -823,6 +856,7 @@ class StreamConsumer:
             batch = self.poll_batch(size, idle_timeout)
             if not batch:
                 continue
+            self._in_hand = batch
             started = time.monotonic()
             due = started + _BATCH_BUDGET_S
             seen = 0
@@ -831,7 +865,8 @@ class StreamConsumer:
                 for msg in batch:
                     if seen == check:
                         if (
-                            (changed is not None and changed.is_set())
+                            self._closed  # closed before the batch was in hand
+                            or (changed is not None and changed.is_set())
                             or (stop is not None and stop.is_set())
                             or (seen and time.monotonic() > due)
                         ):
@@ -840,6 +875,7 @@ class StreamConsumer:
                     seen += 1
                     yield msg
             finally:
+                self._in_hand = None
                 if seen < len(batch) and not self._closed:
                     self._hand_back(batch[seen:])
             if seen:
@@ -934,7 +970,31 @@ class StreamConsumer:
                 self._until_housekeeping -= len(out)
                 return out
         deadline = time.monotonic() + timeout
+        membership = self._membership
         while True:
+            if membership is not None and membership.lease_lapsed():
+                # No heartbeat answered for our lease (the process was stopped, or
+                # starved): our units may have moved on, and their buffered records been
+                # handled by their new holder. Nothing is handed out until a heartbeat
+                # answers; the housekeeping after it drops the units lost (``_assign``).
+                # Checked here, before housekeeping, as the heartbeat updates the units
+                # before the lease; the fast path above runs only within
+                # _HOUSEKEEPING_INTERVAL_S of a check (LEASE_MARGIN_S covers that).
+                self._until_housekeeping = 0
+                if not self._lapse_logged:
+                    self._lapse_logged = True
+                    log.warning(
+                        "%s (group %s): no heartbeat answered for the lease: handing out "
+                        "nothing until one says which work units are still ours",
+                        self.stream,
+                        self.group,
+                    )
+                remaining = deadline - time.monotonic()
+                membership.await_heartbeat(max(0.0, min(remaining, 0.1)))
+                if remaining <= 0 or self._closed:
+                    return []
+                continue
+            self._lapse_logged = False
             self._housekeeping()
             self._until_housekeeping = _HOUSEKEEPING_EVERY
             self._housekeeping_due = time.monotonic() + _HOUSEKEEPING_INTERVAL_S

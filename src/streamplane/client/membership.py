@@ -7,6 +7,13 @@ units it has let go of. The consuming thread reads ``owned`` and ``release`` and
 
 Fail-static: while the control plane cannot be reached, the last answer stays in force
 and the member keeps its work; the thread keeps trying and resyncs when it answers.
+
+Fencing: once no heartbeat has been answered for the lease (by our own clock, less
+``LEASE_MARGIN_S``), our units may have moved on. Unless the control plane could not be
+reached, the consumer then commits nothing (``may_commit``); unless it could not be
+reached or said that the Assigner cannot answer now (503), it hands out nothing either
+(``lease_lapsed``): until a heartbeat answers and says which units are still ours. A
+process that was stopped (SIGSTOP, a paused VM) or starved is there when it runs again.
 """
 
 from __future__ import annotations
@@ -73,29 +80,62 @@ class GroupMembership:
         self._cpu = CpuMeter()
         self._load = load or (lambda: (self._cpu(), 0.0, []))
         self._lock = threading.Lock()
-        self._owned: frozenset[PartitionKey] = frozenset()
-        self._release: frozenset[PartitionKey] = frozenset()
+        # The units the last answer lists as ours, and those to give back: one tuple,
+        # replaced whole, so a reader never sees one answer's half with another's.
+        self._units: tuple[frozenset[PartitionKey], frozenset[PartitionKey]] = (
+            frozenset(),
+            frozenset(),
+        )
         self._released: set[PartitionKey] = set()
         self.generation = -1
         self._lease_deadline = 0.0
+        self._lease_s = 0.0  # the last answer's lease
+        self._last_sent = 0.0  # when the last heartbeat was sent (monotonic)
         self.connected = False
+        # The last heartbeat got no answer from the Assigner: the control plane could not
+        # be reached, or answered 503 (leadership moving, its store away). Fail-static:
+        # a lapsed lease does not stop hand-out then (``lease_lapsed``).
+        self._assigner_away = False
         self._failing = ""  # the last heartbeat error logged, until one is answered
         self.changed = threading.Event()
+        self._beat_done = threading.Event()  # set after every heartbeat, answered or not
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def owned(self) -> frozenset[PartitionKey]:
-        return self._owned
+        return self._units[0]
 
     @property
     def release(self) -> frozenset[PartitionKey]:
-        return self._release
+        return self._units[1]
+
+    def assignment(self) -> tuple[frozenset[PartitionKey], frozenset[PartitionKey]]:
+        """``(owned, release)`` as one answer gave them."""
+        return self._units
 
     def may_commit(self) -> bool:
         """False once our lease has run out while the control plane answers (fenced)."""
         return not self.connected or time.monotonic() < self._lease_deadline
+
+    def lease_lapsed(self) -> bool:
+        """True while our lease may have run out on the control plane (no heartbeat
+        answered for the lease time, by our clock) and the Assigner was not found away:
+        our units may have moved on, so none of their records may be handed out until a
+        heartbeat answers (``await_heartbeat``) and says which we still own (``owned``
+        and ``changed`` are updated before the lease is renewed)."""
+        return not self._assigner_away and time.monotonic() >= self._lease_deadline
+
+    def await_heartbeat(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for a heartbeat to end. One is sent at once unless the
+        last one was sent recently enough for its answer to renew the lease (so a caller
+        polling in a loop does not send one after another)."""
+        self._beat_done.clear()
+        if time.monotonic() >= self._last_sent + self._lease_s - LEASE_MARGIN_S:
+            self._wake.set()
+        if timeout > 0:
+            self._beat_done.wait(timeout)
 
     def start(self) -> None:
         """The first heartbeat (raises if the control plane cannot be reached), then the loop."""
@@ -132,11 +172,15 @@ class GroupMembership:
                 self._beat()
             except ControlPlaneUnavailable:
                 if self.connected:
-                    log.warning(
-                        "control plane unreachable: keeping %d work units", len(self._owned)
-                    )
+                    log.warning("control plane unreachable: keeping %d work units", len(self.owned))
                 self.connected = False
+                self._assigner_away = True
             except ControlPlaneError as exc:
+                # 503 (a follower that knows no leader, leadership moving, the store not
+                # answering; or a proxy's 502/504): the Assigner cannot answer now, and
+                # the member keeps its units as when unreachable. Any other error is the
+                # control plane refusing the heartbeat: nothing renews our lease.
+                self._assigner_away = exc.status in (502, 503, 504)
                 if str(exc) != self._failing:  # once per cause, not every 0.3 s
                     log.warning("heartbeat of %s failed: %s", self.member_id, exc)
                     self._failing = str(exc)
@@ -144,12 +188,14 @@ class GroupMembership:
                 if self._failing:
                     log.info("heartbeats of %s answered again", self.member_id)
                     self._failing = ""
+            finally:
+                self._beat_done.set()
 
     def _beat(self) -> None:
         with self._lock:
             released = set(self._released)
         cpu, rate, units = self._load()
-        sent_at = time.monotonic()
+        sent_at = self._last_sent = time.monotonic()
         answer = self._client.group_heartbeat(
             self.group,
             self.member_id,
@@ -159,14 +205,23 @@ class GroupMembership:
             records_per_s=rate,
             units=units,
             released=[unit_json(k) for k in released],
-            claims=[unit_json(k) for k in self._owned - released],
+            claims=[unit_json(k) for k in self.owned - released],
         )
         owned = frozenset(unit_key(u) for u in answer["work_units"])
         release = frozenset(unit_key(u) for u in answer["release"])
         with self._lock:
             self._released -= released
         lease_s = float(answer["lease_s"])
+        if (owned, release) != self._units:
+            # Before the lease is renewed: a consumer whose lease lapsed hands out
+            # records again only once it has seen which units it lost (``lease_lapsed``).
+            self._units = (owned, release)
+            self.generation = int(answer["generation"])
+            self.changed.set()
+        self._lease_s = lease_s
         self._lease_deadline = sent_at + lease_s - LEASE_MARGIN_S
+        self.connected = True
+        self._assigner_away = False
         if lease_s > 0 and self.interval_s > lease_s / 2:
             # Beating once a lease (or less often) the member would lose its units
             # between beats: heartbeat three times a lease instead.
@@ -178,8 +233,3 @@ class GroupMembership:
                 lease_s / 3,
             )
             self.interval_s = lease_s / 3
-        self.connected = True
-        if owned != self._owned or release != self._release:
-            self._owned, self._release = owned, release
-            self.generation = int(answer["generation"])
-            self.changed.set()
