@@ -215,7 +215,11 @@ class DlqWriter(Generic[R]):
             refused: list[Letter[R]] = []
             if sent[0].too_large:
                 stubs = [batch[i] for i in sent[0].too_large]
-                self._too_large(stubs, "over the stream's bound")
+                self._too_large(
+                    stubs,
+                    "too large to write whole (over the stream's bound, or over the "
+                    "producer's message.max.bytes with their provenance headers)",
+                )
                 sent.append(self.producer.send_batch(self._write(letter) for letter in stubs))
                 # not even its provenance fits: a failed write
                 refused = [stubs[i] for i in sent[1].too_large]
@@ -248,9 +252,8 @@ class DlqWriter(Generic[R]):
         whole = [letter for letter in letters if id(letter[0]) not in self._whole_too_large]
         if whole:
             log.warning(
-                "%d dead letters too large to write whole (%s): written with their "
-                "provenance alone (header sp-dlq-dropped); their records stay on their "
-                "origin topics until retention",
+                "%d dead letters %s: written with their provenance alone (header "
+                "sp-dlq-dropped); their records stay on their origin topics until retention",
                 len(whole),
                 why,
             )
@@ -293,7 +296,11 @@ class DlqWriter(Generic[R]):
             else:
                 (failed if (value, key) in lost else written).append(letter[0])
         if again:
-            self._too_large(again, "refused by the broker")
+            self._too_large(
+                again,
+                "refused by the broker as too large (each one with its provenance headers, "
+                "or the batch it was written in, over the dlq topic's max.message.bytes)",
+            )
             self._waiting = again + self._waiting
         if len(again) < len(failures):
             log.warning(

@@ -50,7 +50,7 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
-from streamplane.core.routing import RoutingTable, SegmentState
+from streamplane.core.routing import RoutingTable, SegmentState, topic_max_message_bytes
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, NotFound, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
@@ -63,6 +63,13 @@ Record = tuple[bytes | str | None, bytes | str | None, list[tuple[str, bytes]] |
 
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
+# What a batch leaves free of its topic's max.message.bytes: 1/64 of it, at least 1 KiB.
+# librdkafka counts a batch uncompressed, with its framing (and its request's header),
+# and sends it compressed only when that is smaller; the broker checks the batch as sent.
+# The margin is for what may still grow it: a codec or librdkafka version that sends a
+# slightly expanded batch, a topic whose compression.type makes the broker recompress.
+_BATCH_MARGIN_SHARE = 64
+_BATCH_MARGIN_MIN_BYTES = 1024
 _POLL_EVERY = 1000
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 # How often librdkafka hands over its statistics (the produce latency windows).
@@ -140,13 +147,59 @@ def _where(waiting: Iterable[tuple[str, bool, int]], verb: str) -> str:
     )
 
 
-def _produce_error(exc: KafkaException, size: int) -> ProduceError:
+def batch_bytes(max_batch_bytes: int, stream_bound: int) -> int:
+    """librdkafka's ``batch.size`` for the topics of a stream whose bound on one record
+    is ``stream_bound``: ``max_batch_bytes``, lowered to stay a margin below the topics'
+    ``max.message.bytes`` (``topic_max_message_bytes``, as the control plane sets it).
+    The broker refuses a larger batch whole, every record of it failing ("Message size
+    too large"), and librdkafka does not split it: with a 1,000-byte bound (topics
+    taking 66,536 bytes) and 1 MiB batches, 5,000 records of 900 bytes all failed. The
+    default bound (1 MiB: topics taking 1,114,112 bytes) keeps 1 MiB batches."""
+    limit = topic_max_message_bytes(stream_bound)
+    margin = max(_BATCH_MARGIN_MIN_BYTES, limit // _BATCH_MARGIN_SHARE)
+    return min(max_batch_bytes, limit - margin)
+
+
+def _not_bytes(value: object, key: object, call: str) -> TypeError:
+    return TypeError(
+        f"{call}: value and key are bytes, str or None, not "
+        f"{type(value).__name__} and {type(key).__name__}"
+    )
+
+
+def _headers_bytes(headers: Headers | None) -> int:
+    """About what ``headers`` take in a record: their names' and values' bytes."""
+    if not headers:
+        return 0
+    try:
+        items = headers.items() if isinstance(headers, Mapping) else headers
+        return sum(
+            len(name.encode() if isinstance(name, str) else name)
+            + (len(value.encode()) if isinstance(value, str) else len(value or b""))
+            for name, value in items
+        )
+    except (TypeError, ValueError):  # not headers librdkafka would take
+        return 0
+
+
+def _produce_error(
+    exc: KafkaException, size: int, headers: Headers | None, max_bytes: int | None
+) -> ProduceError:
     """What a refused ``produce`` call raises: ``RecordTooLarge`` for a record over
-    librdkafka's ``message.max.bytes``, a ``ProduceError`` naming the cause otherwise."""
+    librdkafka's ``message.max.bytes`` (``max_bytes``), counting its headers as
+    librdkafka does, a ``ProduceError`` naming the cause otherwise."""
     err = exc.args[0] if exc.args else None
     code = err.code() if isinstance(err, _RawKafkaError) else None
     if code == _RawKafkaError.MSG_SIZE_TOO_LARGE:
-        return RecordTooLarge(f"record of {size} bytes exceeds the producer's message.max.bytes")
+        header_bytes = _headers_bytes(headers)
+        what = (
+            f"record of {size + header_bytes} bytes with its headers ({size} of key and "
+            f"value, {header_bytes} of headers)"
+            if header_bytes
+            else f"record of {size} bytes"
+        )
+        limit = f" of {max_bytes} bytes" if max_bytes is not None else ""
+        return RecordTooLarge(f"{what} exceeds the producer's message.max.bytes{limit}")
     return ProduceError(f"the record could not be queued: {err if err is not None else exc}")
 
 
@@ -177,7 +230,8 @@ class StreamProducer:
     ``lane`` is the default lane (the stream's first lane when None).
     ``max_record_bytes`` bounds key + value (default: the stream's own bound; a larger
     one is refused at ``open``, as consumers could not dead-letter such a record);
-    ``max_batch_bytes`` bounds each batch by *uncompressed* size.
+    ``max_batch_bytes`` bounds each batch by *uncompressed* size, lowered for a stream
+    with a small bound to stay below what its topics take (``batch_bytes``).
     ``extra_config`` passes librdkafka settings through (dotted keys).
     ``delivery_reports``: ``"errors"`` (default, the fast path) or ``"all"`` (a report
     per record, required for ``send(on_delivery=...)``).
@@ -206,7 +260,10 @@ class StreamProducer:
         self._client = control_plane
         self._default_lane = lane
         self._max_record_bytes = max_record_bytes
+        # The stream's own bound (``open``): its topics' max.message.bytes bounds batches.
+        self._stream_bound: int | None = None
         self._max_batch_bytes = max_batch_bytes
+        self._message_max_bytes: int | None = None  # librdkafka's, once a producer is made
         self._extra = dict(extra_config or {})
         self._all_reports = delivery_reports == "all"
         self._watcher = RoutingWatcher(control_plane, stream)
@@ -244,10 +301,13 @@ class StreamProducer:
         """Fetch the routing and start watching it. Raises ControlPlaneUnavailable/NotFound."""
         if self._opened:
             return self
+        if self._closed:  # closed before it was ever opened: no watch, no heartbeat
+            raise ProduceError("the producer is closed")
         table = self._watcher.start()
         try:
             desc = self._client.describe_stream(self.stream)
             bound = int(desc.get("max_record_bytes") or DEFAULT_MAX_RECORD_BYTES)
+            self._stream_bound = bound
             if self._max_record_bytes is None:
                 self._max_record_bytes = bound
             elif self._max_record_bytes > bound:
@@ -322,11 +382,14 @@ class StreamProducer:
             bootstrap = self._bootstraps.get(cluster) or self._client.cluster_bootstrap(cluster)
             self._bootstraps[cluster] = bootstrap
             assert self._max_record_bytes is not None
+            bound = self._stream_bound or self._max_record_bytes
             conf = producer_config(
                 bootstrap,
                 {
-                    "batch.size": self._max_batch_bytes,
-                    "message.max.bytes": max(self._max_record_bytes + 64 * 1024, 1_000_000),
+                    # Each batch within what the segment's topic takes (a batch the
+                    # broker refuses fails whole: librdkafka does not split it).
+                    "batch.size": batch_bytes(self._max_batch_bytes, bound),
+                    "message.max.bytes": max(topic_max_message_bytes(bound), 1_000_000),
                     "on_delivery": self._on_delivery,
                     "delivery.report.only.error": not self._all_reports,
                     "statistics.interval.ms": _STATISTICS_INTERVAL_MS,
@@ -335,6 +398,7 @@ class StreamProducer:
                 },
             )
             producer = Producer(conf)
+            self._message_max_bytes = int(conf["message.max.bytes"])
             self._producers[cluster] = producer
         return producer
 
@@ -386,18 +450,20 @@ class StreamProducer:
         """Queue one record for the lane's active segment (asynchronous)."""
         route = self._route_for(lane)
         # A str is sent as UTF-8: encoded here so the bound counts its bytes, not its
-        # characters (librdkafka would encode it the same way).
-        if isinstance(value, str):
-            value = value.encode()
-        if isinstance(key, str):
-            key = key.encode()
-        try:
-            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-        except TypeError:
-            raise TypeError(
-                "send: value and key are bytes, str or None, not "
-                f"{type(value).__name__} and {type(key).__name__}"
-            ) from None
+        # characters. Anything else but bytes and None is refused here (a dict passed
+        # the bound by its ``len`` and failed in confluent-kafka). Inline: a call per
+        # record cost ~5% of a send of a str.
+        if value is not None and value.__class__ is not bytes:
+            if isinstance(value, str):
+                value = value.encode()
+            elif not isinstance(value, bytes):
+                raise _not_bytes(value, key, "send")
+        if key is not None and key.__class__ is not bytes:
+            if isinstance(key, str):
+                key = key.encode()
+            elif not isinstance(key, bytes):
+                raise _not_bytes(value, key, "send")
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if self._max_record_bytes is not None and size > self._max_record_bytes:
             raise RecordTooLarge(
                 f"record of {size} bytes exceeds the stream's bound "
@@ -435,7 +501,7 @@ class StreamProducer:
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
             except KafkaException as exc:
-                raise _produce_error(exc, size) from None
+                raise _produce_error(exc, size, headers, self._message_max_bytes) from None
         route.counts.sent += 1
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
@@ -458,36 +524,58 @@ class StreamProducer:
         ``send``, it serves no delivery reports itself: failures are collected at the
         caller's ``poll``, ``drain`` or ``flush`` (or a later ``send``). ``records`` may
         be a generator: each record is queued (copied by librdkafka) before the next is
-        asked for."""
+        asked for.
+
+        A record that is not bytes, str or None raises ``TypeError`` as in ``send``,
+        naming its position: the records before it are queued (and counted), those
+        after it are not."""
         route = self._route_for(lane)
         producer, topic, bound = route.producer, route.topic, self._max_record_bytes
         produce = producer.produce
         too_large: list[int] = []
-        i = -1
-        for i, (value, key, headers) in enumerate(records):
-            if isinstance(value, str):  # as in ``send``: the bound counts UTF-8 bytes
-                value = value.encode()
-            if isinstance(key, str):
-                key = key.encode()
-            if bound is not None and len(value or b"") + len(key or b"") > bound:
-                too_large.append(i)
-                continue
-            while True:
-                try:  # positional, as in ``send``
-                    produce(topic, value, key, _ANY_PARTITION, None, None, 0, headers)  # type: ignore[arg-type]  # a list
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # local queue full: back-pressure, not failure
-                except KafkaException as exc:
-                    error = _produce_error(exc, len(value or b"") + len(key or b""))
-                    if not isinstance(error, RecordTooLarge):
-                        raise error from None
+        i = 0  # the position of the record at hand: those before it are queued or too large
+        try:
+            for value, key, headers in records:
+                if value is not None and value.__class__ is not bytes:  # as in ``send``
+                    if isinstance(value, str):
+                        value = value.encode()
+                    elif not isinstance(value, bytes):
+                        raise self._not_bytes_in_batch(value, key, i, too_large)
+                if key is not None and key.__class__ is not bytes:
+                    if isinstance(key, str):
+                        key = key.encode()
+                    elif not isinstance(key, bytes):
+                        raise self._not_bytes_in_batch(value, key, i, too_large)
+                if bound is not None and len(value or b"") + len(key or b"") > bound:
                     too_large.append(i)
-                    break
-        queued = i + 1 - len(too_large)
-        route.counts.sent += queued
-        self._sent_since_poll += queued
+                    i += 1
+                    continue
+                while True:
+                    try:  # positional, as in ``send``
+                        produce(topic, value, key, _ANY_PARTITION, None, None, 0, headers)  # type: ignore[arg-type]  # a list
+                        break
+                    except BufferError:
+                        producer.poll(0.05)  # local queue full: back-pressure, not failure
+                    except KafkaException as exc:
+                        size = len(value or b"") + len(key or b"")
+                        error = _produce_error(exc, size, headers, self._message_max_bytes)
+                        if not isinstance(error, RecordTooLarge):
+                            raise error from None
+                        too_large.append(i)
+                        break
+                i += 1
+        finally:  # counted even when a record raised part way: those before it are queued
+            queued_count = i - len(too_large)
+            route.counts.sent += queued_count
+            self._sent_since_poll += queued_count
         return SentBatch(too_large, producer, topic)
+
+    @staticmethod
+    def _not_bytes_in_batch(
+        value: object, key: object, position: int, too_large: list[int]
+    ) -> TypeError:
+        queued = counted(position - len(too_large), "record")
+        return _not_bytes(value, key, f"send_batch (record {position}; {queued} queued before it)")
 
     def _on_gone(self, reason: str) -> None:
         """The stream was deleted: refuse records from now on (those queued already are
@@ -499,10 +587,10 @@ class StreamProducer:
 
     def _route_for(self, lane: str | None) -> _Route:
         """The route of ``lane`` (the default lane when None), opening if needed."""
+        if self._closed:  # before opening: a closed producer is never opened again
+            raise ProduceError("the producer is closed")
         if not self._opened:
             self.open()
-        if self._closed:
-            raise ProduceError("the producer is closed")
         route = self._routes.get(lane or self._default_lane or "")
         if route is None:
             if self._gone is not None:

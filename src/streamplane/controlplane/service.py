@@ -41,6 +41,7 @@ from streamplane.core.routing import (
     commitlog_topic,
     move_lanes,
     new_routing_table,
+    topic_max_message_bytes,
     transition,
     validate_cluster_name,
     validate_lane_name,
@@ -53,9 +54,6 @@ log = logging.getLogger(__name__)
 
 # Record timestamps must be ingestion times: time lag is measured from them.
 TIMESTAMP_TYPE = "LogAppendTime"
-# max.message.bytes bounds a whole record batch; leave room for batch framing, keys and
-# headers (dlq provenance) above the stream's bound on one record.
-BATCH_HEADROOM_BYTES = 64 * 1024
 MANAGED_TOPIC_CONFIGS = ("message.timestamp.type", "max.message.bytes")
 
 # How a cluster change refused by a check of its bootstrap ends.
@@ -164,7 +162,9 @@ def topic_config(config: Mapping[str, str], max_record_bytes: int) -> dict[str, 
     return {
         **config,
         "message.timestamp.type": TIMESTAMP_TYPE,
-        "max.message.bytes": str(max_record_bytes + BATCH_HEADROOM_BYTES),
+        # The producer bounds its batches by the same function (a batch over it is
+        # refused whole: librdkafka does not split it).
+        "max.message.bytes": str(topic_max_message_bytes(max_record_bytes)),
     }
 
 
