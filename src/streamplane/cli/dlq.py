@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import click
@@ -29,7 +30,11 @@ def dlq() -> None:
 @connection_options
 @json_option
 def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool) -> None:
-    """List dead-lettered records of STREAM, oldest first (commits nothing)."""
+    """List dead-lettered records of STREAM, oldest first (commits nothing).
+
+    With --json, a key or value is its text when it is valid UTF-8 ("" when empty, null
+    when the record has none); any other bytes are given exactly, in base64, as
+    "key_base64" or "value_base64" instead."""
     if limit < 1:
         raise click.BadParameter("must be at least 1", param_hint="--limit")
     with connect(url, token) as client:
@@ -43,8 +48,8 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                         "topic": d.topic,
                         "partition": d.partition,
                         "offset": d.offset,
-                        "key": d.key.decode(errors="replace") if d.key else None,
-                        "value": d.value.decode(errors="replace") if d.value else None,
+                        **_bytes_field("key", d.key),
+                        **_bytes_field("value", d.value),
                         "provenance": _typed(d.provenance),
                     }
                     for d in letters
@@ -59,6 +64,19 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
             f"the listing is incomplete: {describe_unread(listing.unread)} (the cluster "
             "does not answer)"
         )
+
+
+def _bytes_field(name: str, data: bytes | None) -> dict[str, str | None]:
+    """A key or value for JSON, so that its exact bytes can be had back: ``{name: text}``
+    when it is valid UTF-8 (``""`` when empty), ``{name: None}`` when the record has
+    none, else ``{name + "_base64": ...}`` (before, bytes that were not UTF-8 came out
+    with U+FFFD in place of each bad one, and an empty key or value as null)."""
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode()}
+    except UnicodeDecodeError:
+        return {f"{name}_base64": base64.b64encode(data).decode("ascii")}
 
 
 # Provenance fields that are numbers (headers are bytes: read back as text).
@@ -77,13 +95,15 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
     rows = [
         [
             f"{d.topic}[{d.partition}]@{d.offset}",
-            d.provenance.get("lane", "?"),
-            f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
-            f"@{d.provenance.get('offset', '?')}",
-            d.provenance.get("attempts", "?"),
-            d.provenance.get("error", "")[:60]
+            _one_line(d.provenance.get("lane", "?")),
+            _one_line(
+                f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
+                f"@{d.provenance.get('offset', '?')}"
+            ),
+            _one_line(d.provenance.get("attempts", "?")),
+            _one_line(d.provenance.get("error", "")[:60])
             + (
-                f" (record not kept: {d.provenance['dropped']} bytes)"
+                f" (record not kept: {_one_line(d.provenance['dropped'])} bytes)"
                 if "dropped" in d.provenance
                 else ""
             ),
@@ -97,15 +117,31 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
         click.echo(f"the first {counted(limit, 'record')}: more follow (--limit N shows more)")
 
 
+# Control characters (line breaks among them) in a table cell, escaped: an error
+# reason with a newline started a row of its own.
+_ESCAPES = {
+    c: {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(chr(c), f"\\x{c:02x}")
+    for c in (*range(0x20), *range(0x7F, 0xA0))
+} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line, for a table cell: control characters escaped (``\\n``)."""
+    return text.translate(_ESCAPES)
+
+
 @dlq.command("replay")
 @click.argument("stream")
 @click.option("--to-lane", default=None, help="Target lane (default: the lane each came from).")
 @connection_options
 def replay_cmd(stream: str, to_lane: str | None, url: str, token: str | None) -> None:
-    """Send the dlq records of STREAM back to a lane; resumable (group sp-dlq-replay).
+    """Send the dlq records of STREAM back to a lane; resumable.
 
     Replays the dead letters present when it starts: those that arrive meanwhile are
-    left for the next replay."""
+    left for the next replay.
+
+    Group: sp-dlq-replay.STREAM, one per stream (replays of different streams run at
+    the same time)."""
     with connect(url, token) as client:
         result = replay_dead_letters(
             client, stream, to_lane=to_lane, progress=lambda k: progress(f"{k} replayed")

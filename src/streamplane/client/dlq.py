@@ -8,19 +8,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import KafkaException as _RawKafkaException
+
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import PREFIX, read_provenance
-from streamplane.core.routing import DLQ_LANE, DLQ_REPLAY_GROUP, Segment, SegmentState
+from streamplane.core.routing import (
+    DLQ_LANE,
+    LEGACY_DLQ_REPLAY_GROUP,
+    Segment,
+    SegmentState,
+    dlq_replay_group,
+)
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, ControlPlaneError, KafkaError, RecordTooLarge
-from streamplane.kafka.admin import KafkaAdmin
+from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
+from streamplane.kafka.clients import consumer_config
 
 log = logging.getLogger(__name__)
 
-REPLAY_GROUP = DLQ_REPLAY_GROUP
 # A replay acks, and commits, its dead letters a batch at a time, once their copies
 # are delivered: a replay killed mid-way sends at most this many again.
 _BATCH = 500
@@ -193,6 +202,119 @@ class _EndsRead:
         return _Ends(ends, frozenset(unknown))
 
 
+def take_over_legacy_progress(
+    client: ControlPlaneClient, stream: str, segments: list[Segment], timeout: float
+) -> frozenset[PartitionKey]:
+    """Give ``stream``'s replay group (``dlq_replay_group``) the progress that the group
+    all streams' replays shared before (``LEGACY_DLQ_REPLAY_GROUP``) committed on the
+    partitions of ``segments`` on which it has committed nothing itself: the committed
+    offset and its commit-log state, copied as they are, so that the first replay after
+    an upgrade does not send again what an earlier one sent. The one place the old
+    group is read; a replay calls it before its consumer reads where to start. Each
+    cluster is asked on a thread of its own, and waited for at most ``timeout`` seconds.
+
+    Returns the partitions of the clusters that did not answer in time (whether they
+    have progress to take over is not known: a run must not replay them)."""
+    keys: dict[str, list[PartitionKey]] = {}
+    for seg in segments:
+        keys.setdefault(seg.cluster, []).extend(
+            PartitionKey(seg.cluster, seg.topic, p) for p in range(seg.partitions)
+        )
+    done: set[str] = set()  # written by the threads
+
+    def take_over(cluster: str, bootstrap: str, on: list[PartitionKey]) -> None:
+        try:
+            taken = _take_over_on(bootstrap, stream, on, timeout)
+        except Exception as exc:  # raw librdkafka errors too: its partitions are unknown
+            log.warning(
+                "cluster %s (%s): the earlier replays' progress on the dlq lane of %s "
+                "not read: %s", cluster, bootstrap, stream, exc,
+            )  # fmt: skip
+            return
+        if taken:
+            log.info(
+                "cluster %s: %s took over the progress of %s on %s", cluster,
+                dlq_replay_group(stream), LEGACY_DLQ_REPLAY_GROUP, counted(taken, "dlq partition"),
+            )  # fmt: skip
+        done.add(cluster)
+
+    deadline = time.monotonic() + timeout
+    threads: dict[str, threading.Thread] = {}
+    for cluster, on in keys.items():
+        thread = threading.Thread(
+            target=take_over,
+            args=(cluster, client.cluster_bootstrap(cluster), on),
+            name=f"sp-dlq-takeover-{cluster}",
+            daemon=True,  # one still waiting for a dead cluster ends at its timeout
+        )
+        thread.start()
+        threads[cluster] = thread
+    unknown: set[PartitionKey] = set()
+    for cluster, thread in threads.items():
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive() or cluster not in done:
+            unknown.update(keys[cluster])
+    return frozenset(unknown)
+
+
+def _take_over_on(bootstrap: str, stream: str, keys: list[PartitionKey], timeout: float) -> int:
+    """``take_over_legacy_progress`` on one cluster: how many partitions' progress was
+    copied. Raises KafkaError if either group's commits cannot be read, or the copies
+    cannot be committed."""
+    ours = Consumer(consumer_config(bootstrap, dlq_replay_group(stream)))
+    try:
+        asked = [TopicPartition(k.topic, k.partition) for k in keys]
+        none_yet = [
+            TopicPartition(tp.topic, tp.partition)
+            for tp in _committed(ours, asked, timeout)
+            if tp.offset < 0
+        ]
+        if not none_yet:
+            return 0
+        legacy = Consumer(consumer_config(bootstrap, LEGACY_DLQ_REPLAY_GROUP))
+        try:
+            theirs = [tp for tp in _committed(legacy, none_yet, timeout) if tp.offset >= 0]
+        finally:
+            legacy.close()
+        if not theirs:
+            return 0
+        copies = [_offset(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in theirs]
+        try:
+            answer = ours.commit(offsets=copies, asynchronous=False)
+        except _RawKafkaException as exc:
+            raise to_kafka_error(exc, "commit the earlier replays' progress") from exc
+        _raise_partition_error(answer or [], "commit the earlier replays' progress")
+        return len(copies)
+    finally:
+        ours.close()
+
+
+def _committed(
+    consumer: Consumer, tps: list[TopicPartition], timeout: float
+) -> list[TopicPartition]:
+    """The committed offsets (and metadata) of ``consumer``'s group on ``tps``."""
+    try:
+        got = list(consumer.committed(tps, timeout=timeout))
+    except _RawKafkaException as exc:
+        raise to_kafka_error(exc, "read committed offsets") from exc
+    _raise_partition_error(got, "read committed offsets")
+    return got
+
+
+def _offset(topic: str, partition: int, offset: int, metadata: str | None) -> TopicPartition:
+    """An offset to commit, with its metadata (a commit without any reads back None,
+    which TopicPartition does not take)."""
+    if metadata is None:
+        return TopicPartition(topic, partition, offset)
+    return TopicPartition(topic, partition, offset, metadata=metadata)
+
+
+def _raise_partition_error(tps: list[TopicPartition], context: str) -> None:
+    for tp in tps:
+        if tp.error is not None:
+            raise KafkaError(f"{context} of {tp.topic}[{tp.partition}]: {tp.error}")
+
+
 def replay_dead_letters(
     client: ControlPlaneClient,
     stream: str,
@@ -209,11 +331,15 @@ def replay_dead_letters(
     always ends. It ends once every partition was read up to its end offset, or when no
     record below it arrives for ``idle_s`` seconds.
 
-    Each dlq record is acked only after its copy is delivered, under the group
-    ``sp-dlq-replay``, and the group's progress is committed after each batch of 500, so
-    an interrupted replay resumes where it stopped and loses nothing; a killed one sends
-    at most its last batch again (each copy carries ``sp-replayed-from``: the dead
-    letter it came from, for a consumer to drop repeats by).
+    Each dlq record is acked only after its copy is delivered, under the stream's replay
+    group ``sp-dlq-replay.<stream>`` (``dlq_replay_group``: one per stream, so replays of
+    different streams run at the same time), and the group's progress is committed after
+    each batch of 500, so an interrupted replay resumes where it stopped and loses
+    nothing; a killed one sends at most its last batch again (each copy carries
+    ``sp-replayed-from``: the dead letter it came from, for a consumer to drop repeats
+    by). On a partition where the group has committed nothing yet, it starts from the
+    progress of the group all streams' replays shared before, ``sp-dlq-replay``
+    (``take_over_legacy_progress``).
     Raises KafkaError, once the rest is replayed and committed, if some dlq partitions
     could not be read (their cluster is down, or did not tell their end offset when the
     run started): running it again replays those. Raises RecordTooLarge, once the rest
@@ -224,10 +350,13 @@ def replay_dead_letters(
     """
     if to_lane == DLQ_LANE:
         raise ConfigError("cannot replay the dlq lane into itself")
-    ends_read = _EndsRead(client, client.routing(stream).readable([DLQ_LANE]), _ENDS_TIMEOUT_S)
+    segments = client.routing(stream).readable([DLQ_LANE])
+    ends_read = _EndsRead(client, segments, _ENDS_TIMEOUT_S)
+    # Before the consumer reads where to start (meanwhile, the end offsets are read).
+    not_taken_over = take_over_legacy_progress(client, stream, segments, _ENDS_TIMEOUT_S)
     replayed = 0
     with (
-        StreamConsumer(stream, REPLAY_GROUP, client, lanes=[DLQ_LANE]) as consumer,
+        StreamConsumer(stream, dlq_replay_group(stream), client, lanes=[DLQ_LANE]) as consumer,
         StreamProducer(stream, client) as producer,
     ):
         lanes = producer.routing.lanes
@@ -236,6 +365,11 @@ def replay_dead_letters(
                 f"stream {stream!r} has no lane {to_lane!r} (lanes: {', '.join(lanes)})"
             )
         bounds = ends_read.result()
+        if not_taken_over:  # not replayed: their start is not known (as if their end were not)
+            bounds = _Ends(
+                {k: end for k, end in bounds.ends.items() if k not in not_taken_over},
+                bounds.unknown | not_taken_over,
+            )
         # Partitions with records below their end offset not handed out yet.
         to_read = {k for k, end in bounds.ends.items() if end > 0}
         held: dict[PartitionKey, int] = {}  # records handed out and not acked, by partition

@@ -49,10 +49,11 @@ from streamplane.core.failover import (
 )
 from streamplane.core.routing import (
     DLQ_LANE,
-    DLQ_REPLAY_GROUP,
+    LEGACY_DLQ_REPLAY_GROUP,
     RoutingTable,
     Segment,
     SegmentState,
+    dlq_replay_group,
 )
 from streamplane.exceptions import Conflict, NotFound, StreamplaneError
 
@@ -639,10 +640,14 @@ class FailoverRuntime:
                 lanes.setdefault(group, set()).update(lane_of[t] for t in topics if t in lane_of)
         for group, told in self.store.reader_lanes(stream, retention).items():
             lanes.setdefault(group, set()).update(told)
-        # `dlq replay` reads the dlq lane whether it has run yet or not: a group acking
-        # the dlq lane (an alerting consumer) retired its segment before any replay,
-        # and the dead letters left `dlq list` and `dlq replay` with it.
-        lanes.setdefault(DLQ_REPLAY_GROUP, set()).add(DLQ_LANE)
+        # `dlq replay` reads the dlq lane (as the stream's replay group) whether it has
+        # run yet or not: a group acking the dlq lane (an alerting consumer) retired its
+        # segment before any replay, and the dead letters left `dlq list` and `dlq
+        # replay` with it. The group all streams' replays shared before is not a reader:
+        # a replay takes its progress over, and its commits, never moved again, held
+        # every dlq segment it had not read to the end until Kafka expired them.
+        lanes.pop(LEGACY_DLQ_REPLAY_GROUP, None)
+        lanes.setdefault(dlq_replay_group(stream), set()).add(DLQ_LANE)
         return lanes
 
     def _is_down(self, cluster: str) -> bool:

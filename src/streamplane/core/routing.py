@@ -21,9 +21,11 @@ from enum import StrEnum
 from streamplane.exceptions import ConfigError
 
 DLQ_LANE = "dlq"
-# The group `dlq replay` reads the dlq lane as: it holds every dlq segment with dead
-# letters until it has replayed them (other groups may read the dlq lane too).
-DLQ_REPLAY_GROUP = "sp-dlq-replay"
+# The group every stream's `dlq replay` read its dlq lane as before each stream had one
+# of its own (``dlq_replay_group``): a group reads one stream at a time, so two replays
+# of different streams could not run together. Only read now: a stream's replay group
+# takes over its progress on the stream's dlq partitions (``streamplane.client.dlq``).
+LEGACY_DLQ_REPLAY_GROUP = "sp-dlq-replay"
 DEFAULT_LANES: tuple[str, ...] = ("realtime", "bulk")
 
 _STREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -98,8 +100,30 @@ def validate_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
 TOPIC_NAMESPACE = "sp"
 
 
+def dlq_replay_group(stream: str) -> str:
+    """The group `dlq replay` reads ``stream``'s dlq lane as, ``sp-dlq-replay.<stream>``:
+    one per stream, so replays of different streams run side by side. It holds every
+    dlq segment of the stream with dead letters until it has replayed them (other
+    groups may read the dlq lane too). (A stream name is at most 63 of ``[a-z0-9-]``:
+    the group name is a valid Kafka group id, and within a consumer's 200 characters.)"""
+    return f"{LEGACY_DLQ_REPLAY_GROUP}.{stream}"
+
+
 def physical_topic(stream: str, lane: str, epoch: int) -> str:
     return f"{TOPIC_NAMESPACE}.{stream}.{lane}.e{epoch}"
+
+
+# A topic's max.message.bytes bounds a whole record batch (as sent: compressed, with
+# its framing); every topic of a stream gets room for batch framing, keys and headers
+# (dlq provenance) above the stream's bound on one record.
+BATCH_HEADROOM_BYTES = 64 * 1024
+
+
+def topic_max_message_bytes(max_record_bytes: int) -> int:
+    """The ``max.message.bytes`` of every topic of a stream whose bound on one record
+    (key + value) is ``max_record_bytes``, its dlq lane's included: what the control
+    plane sets on them, and so the largest batch a producer may send them."""
+    return max_record_bytes + BATCH_HEADROOM_BYTES
 
 
 def commitlog_topic(stream: str) -> str:

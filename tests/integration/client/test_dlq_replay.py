@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.dlq import REPLAY_GROUP, replay_dead_letters
+from streamplane.client.dlq import replay_dead_letters
 from streamplane.kafka.clients import consumer_config, producer_config
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
@@ -71,12 +71,19 @@ def replayed_from(bootstrap: str, topic: str) -> list[int]:
     return out
 
 
-class Committed:
-    """The offset group sp-dlq-replay has committed on a dlq partition."""
+def replay_group(stream: str) -> str:
+    """``stream``'s replay group, as ``streamplane.core.routing.dlq_replay_group`` names
+    it (spelled out: the name is what Kafka keeps the group's commits under)."""
+    return f"sp-dlq-replay.{stream}"
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+
+class Committed:
+    """The offset ``group`` (a stream's replay group, say) has committed on a dlq
+    partition."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
         self.tp = TopicPartition(topic, 0)
-        self.client = Consumer(consumer_config(bootstrap, REPLAY_GROUP))
+        self.client = Consumer(consumer_config(bootstrap, group))
 
     def __call__(self) -> int:
         (tp,) = self.client.committed([self.tp], timeout=10)
@@ -155,7 +162,7 @@ def test_replay_ends_while_a_group_rejects_what_it_replays(
     assert rejected == 1000
 
     # The letters the group sent back meanwhile are the next run's.
-    committed = Committed(bootstrap, dlq_topic)
+    committed = Committed(bootstrap, dlq_topic, replay_group(stream))
     try:
         assert committed() == 1000
     finally:
@@ -198,7 +205,7 @@ def test_replay_commits_each_batch(
     stream_factory: Callable[..., str],
 ) -> None:
     """Each batch's acks are committed before the next batch is read: the committed
-    offset of sp-dlq-replay has reached each batch's end when its progress is told. A
+    offset of the stream's replay group has reached each batch's end when its progress is told. A
     replay of 1,200 interrupted after the second batch leaves exactly 200 to the next.
     (Before, it committed once a second: a run killed mid-way replayed up to a
     second's worth again.)"""
@@ -207,7 +214,7 @@ def test_replay_commits_each_batch(
     bootstrap = fleet.bootstrap("local-a")
     dlq_topic, lane_topic = topics(client, stream)
     dead_letters(bootstrap, dlq_topic, 0, 1200)
-    committed = Committed(bootstrap, dlq_topic)
+    committed = Committed(bootstrap, dlq_topic, replay_group(stream))
     seen: list[tuple[int, int]] = []
 
     def interrupted(k: int) -> None:

@@ -690,7 +690,35 @@ def test_a_group_holds_only_the_segments_of_the_lanes_it_reads(
     assert (states(service)[rt1], states(service)[bulk1]) == ("retired", "retired")
     assert states(service)[dlq1] == "sealed"
 
-    io.commits["sp-dlq-replay"] = {dlq1: {0: 3}}
+    io.commits["sp-dlq-replay.orders"] = {dlq1: {0: 3}}  # the stream's replay group
+    runtime._last_retire_check.clear()
+    runtime.seal_and_retire_once()
+    assert states(service)[dlq1] == "retired"
+
+
+def test_each_stream_has_its_replay_group_and_the_shared_one_holds_nothing(
+    fhttp: TestClient, service: ControlPlaneService, runtime: FailoverRuntime, io: StubClusterIO
+) -> None:
+    """The dlq segment waits for the stream's own replay group, sp-dlq-replay.orders
+    (replays of different streams once shared sp-dlq-replay, and one failed while the
+    other ran): another stream's replay group does not stand in for it, and the group
+    all replays shared before does not hold it once the stream's group settled it (a
+    replay takes its progress over; its commits, never moved again, held the segment
+    until Kafka expired them)."""
+    create_stream(fhttp, partitions=1, lanes=["realtime"])
+    failover(fhttp, lanes=["realtime", "dlq"])
+    rt1, dlq1 = "sp.orders.realtime.e1", "sp.orders.dlq.e1"
+    io.ends.update({rt1: {0: 10}, dlq1: {0: 3}})
+    io.commits = {
+        "g-rt": {rt1: {0: 10}},
+        "sp-dlq-replay": {dlq1: {0: 1}},  # shared, before: replayed the first letter
+        "sp-dlq-replay.payments": {dlq1: {0: 3}},  # (another stream's, cannot be here)
+    }
+    seal_then_retire(runtime)
+    assert states(service)[rt1] == "retired"
+    assert states(service)[dlq1] == "sealed"  # sp-dlq-replay.orders has not run
+
+    io.commits["sp-dlq-replay.orders"] = {dlq1: {0: 3}}  # took over 1, replayed 2
     runtime._last_retire_check.clear()
     runtime.seal_and_retire_once()
     assert states(service)[dlq1] == "retired"
