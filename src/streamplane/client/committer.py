@@ -20,13 +20,18 @@ first one including the side topic's set-up) while records are waiting.
   outage (measured: 45 s, the length of the outage). A commit still running then
   counts as failed, and its cluster is skipped (its partitions failed at once) until
   that commit returns; ``busy`` names the clusters whose client it still uses.
+- ``committable`` (the consumer's group membership) is asked as a commit is sent, not
+  when it was submitted: a partition it does not name is not committed (failed, and
+  dropped by the consumer if it no longer reads it). A commit submitted just before
+  the process was stopped (SIGSTOP, a long pause) went out after it resumed, for
+  partitions its lease had lost meanwhile, over their new holder's progress.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Protocol
 
 from streamplane.client.partition_state import PartitionKey
@@ -51,10 +56,13 @@ class Committer:
         stores: Mapping[str, ClusterCommits],
         name: str,
         cluster_wait_s: float = CLUSTER_WAIT_S,
+        committable: Callable[[], Container[PartitionKey] | None] = lambda: None,
     ) -> None:
         """``stores``: by cluster, where to commit (looked up when a commit runs, so
-        clusters added later are found)."""
+        clusters added later are found). ``committable``: the partitions that may be
+        committed now (None: every one)."""
         self._stores = stores
+        self._committable = committable
         self._name = name
         self._cluster_wait_s = cluster_wait_s
         self._stuck: dict[str, threading.Thread] = {}  # commits still running, by cluster
@@ -117,8 +125,12 @@ class Committer:
                     self._cond.notify_all()
 
     def _commit(self, batch: dict[PartitionKey, PartitionProgress]) -> None:
+        committable = self._committable()
         by_cluster: dict[str, list[PartitionKey]] = {}
         for key in batch:
+            if committable is not None and key not in committable:
+                self.failed.append(key)  # fenced: committed again only if still ours
+                continue
             by_cluster.setdefault(key.cluster, []).append(key)
         for cluster, keys in by_cluster.items():
             stuck = self._stuck.get(cluster)

@@ -475,7 +475,9 @@ class StreamConsumer:
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
         self._commit_clients: dict[str, Consumer] = {}  # the stores' clients, by cluster
-        self._committer = Committer(self._commit_stores, name=f"sp-commit-{stream}")
+        self._committer = Committer(
+            self._commit_stores, name=f"sp-commit-{stream}", committable=self._committable
+        )
         self._states: dict[PartitionKey, PartitionState] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
@@ -1340,6 +1342,18 @@ class StreamConsumer:
         """Commit every partition's low watermark and commit-log metadata now; returns
         once the commit is done (a failed one is logged and retried with the next)."""
         self._commit(wait=True)
+
+    def _committable(self) -> frozenset[PartitionKey] | None:
+        """The partitions this member may commit now (None: every one, without the
+        Assigner): those it owns or is giving back, none once its lease ran out. Asked
+        by the committer as each commit goes out."""
+        membership = self._membership
+        if membership is None:
+            return None
+        if not membership.may_commit():
+            return frozenset()
+        owned, to_release = membership.assignment()
+        return owned | to_release
 
     def _commit(self, wait: bool) -> None:
         """Snapshot every changed partition's progress and hand it to the committer

@@ -139,3 +139,27 @@ def test_a_commit_that_does_not_return_holds_up_no_other_cluster() -> None:
     assert dead.calls[-1] == [(KEY.topic, 0, 3)]
     assert committer.take_failed() == []
     committer.stop()
+
+
+def test_a_commit_goes_out_only_for_the_partitions_committable_when_it_is_sent() -> None:
+    """Submitted before the member was stopped, sent after it resumed: a partition its
+    lease lost meanwhile is not committed (its new holder's progress stays)."""
+    store = Store()
+    ours = PartitionKey("local-a", "t", 0)
+    lost = PartitionKey("local-a", "t", 1)
+    committable: frozenset[PartitionKey] = frozenset({ours, lost})
+    committer = Committer({"local-a": store}, "test", committable=lambda: committable)
+    store.hold()
+    committer.submit([(ours, progress(5))], wait=False)
+    assert store.entered.wait(5)
+    committer.submit([(ours, progress(7)), (lost, progress(9))], wait=False)
+    committable = frozenset({ours})  # the lease came back without partition 1
+    store.released.set()
+    committer.submit([], wait=True)
+    assert store.calls == [[("t", 0, 5)], [("t", 0, 7)]]
+    assert committer.take_failed() == [lost]
+
+    committable = frozenset()  # the lease ran out: nothing goes out
+    committer.submit([(ours, progress(8))], wait=True)
+    assert len(store.calls) == 2 and committer.take_failed() == [ours]
+    committer.stop()
