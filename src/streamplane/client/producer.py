@@ -389,7 +389,9 @@ class StreamProducer:
                     # Each batch within what the segment's topic takes (a batch the
                     # broker refuses fails whole: librdkafka does not split it).
                     "batch.size": batch_bytes(self._max_batch_bytes, bound),
-                    "message.max.bytes": max(topic_max_message_bytes(bound), 1_000_000),
+                    # A record the topic cannot take (its headers past the room above
+                    # the bound) is refused at ``send``, not by the broker at delivery.
+                    "message.max.bytes": topic_max_message_bytes(bound),
                     "on_delivery": self._on_delivery,
                     "delivery.report.only.error": not self._all_reports,
                     "statistics.interval.ms": _STATISTICS_INTERVAL_MS,

@@ -24,6 +24,7 @@ import pytest
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.dlq import list_dead_letters, replay_dead_letters
 from streamplane.client.producer import StreamProducer
+from streamplane.exceptions import RecordTooLarge
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.fleet import FleetDescriptor
 from tests.waiting import wait_for
@@ -105,3 +106,16 @@ def test_dead_letters_of_records_within_a_small_bound_are_written_whole(
     assert not stripped, f"{len(stripped)} dead letters written without their record"
     assert sorted(d.value or b"" for d in letters) == values
     assert replay_dead_letters(client, stream).replayed == len(values)
+
+
+def test_a_record_whose_headers_the_topic_cannot_take_is_refused_at_send(
+    control_plane: Any, stream_factory: Callable[..., str]
+) -> None:
+    """Its key and value are within the bound, its headers past the 64 KiB the topics
+    take above it: the producer (message.max.bytes at least 1,000,000) queued it, and
+    the broker refused it at delivery, a failure found only at ``flush``."""
+    stream = stream_factory("local-a", lanes=("realtime",), partitions=1, max_record_bytes=1000)
+    with StreamProducer(stream, control_plane.client()) as producer:
+        with pytest.raises(RecordTooLarge, match="of headers"):
+            producer.send(b"x", headers=[("h", b"y" * 100_000)])
+        producer.send(b"x", headers=[("h", b"y" * 10_000)])  # fits
