@@ -253,6 +253,23 @@ replay_dead_letters(ControlPlaneClient(url, token=token), stream, progress=progr
 """
 
 
+def run_killed_replay(
+    control_plane: ControlPlaneProcess, stream: str
+) -> subprocess.CompletedProcess[str]:
+    """A replay of ``stream`` in a process killed (SIGKILL) once it has sent 1,000."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_REPLAY, control_plane.url, control_plane.token, stream],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return proc
+
+
 def test_a_killed_replay_sends_at_most_its_last_batch_again(
     control_plane: ControlPlaneProcess,
     fleet: FleetDescriptor,
@@ -266,16 +283,7 @@ def test_a_killed_replay_sends_at_most_its_last_batch_again(
     bootstrap = fleet.bootstrap("local-a")
     dlq_topic, lane_topic = topics(client, stream)
     dead_letters(bootstrap, dlq_topic, 0, 1200)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
-    proc = subprocess.run(
-        [sys.executable, "-c", KILLED_REPLAY, control_plane.url, control_plane.token, stream],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    proc = run_killed_replay(control_plane, stream)
     assert proc.stdout.split() == ["500", "1000"]
     time.sleep(3.0)  # the killed member's lease (1.5 s) runs out: its units move on
     assert replay_dead_letters(client, stream).replayed == 200

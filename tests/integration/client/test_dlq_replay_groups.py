@@ -10,10 +10,6 @@ way until the killed member's lease ran out.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,11 +19,11 @@ from streamplane.client.dlq import replay_dead_letters
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
 from tests.integration.client.test_dlq_replay import (
-    KILLED_REPLAY,
     Committed,
     dead_letters,
     replay_group,
     replayed_from,
+    run_killed_replay,
     topics,
 )
 
@@ -94,16 +90,7 @@ def test_a_killed_replay_does_not_hold_up_another_streams(
     other_dlq, other_lane = topics(client, other)
     dead_letters(bootstrap, killed_dlq, 0, 1200)
     dead_letters(bootstrap, other_dlq, 0, 300)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMPLANE_")}
-    proc = subprocess.run(
-        [sys.executable, "-c", KILLED_REPLAY, control_plane.url, control_plane.token, killed],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    run_killed_replay(control_plane, killed)
     assert replay_dead_letters(client, other).replayed == 300
     assert sorted(replayed_from(bootstrap, other_lane)) == list(range(300))
     time.sleep(3.0)  # the killed member's lease (1.5 s) runs out: its units move on

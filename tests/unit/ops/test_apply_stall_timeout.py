@@ -25,6 +25,7 @@ from streamplane.ops.executor import (
 from streamplane.ops.stub import StubOpsAdmin
 from tests.unit.ops import test_apply_cli
 from tests.unit.ops.test_apply_cli import FAST, THROTTLED, Run, _plan
+from tests.unit.ops.test_executor_endings import Clock
 
 cli = test_apply_cli.cli  # fixture
 
@@ -59,17 +60,6 @@ def test_only_what_grows_past_its_best_is_progress() -> None:
 
 
 # ---------------------------------------------------------------------- the executor
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def _admin() -> StubOpsAdmin:
     return StubOpsAdmin.cluster(
         {1: "a", 2: "b", 3: "c", 4: "a"},

@@ -40,6 +40,8 @@ def _admin(cls: type[StubOpsAdmin] = StubOpsAdmin) -> StubOpsAdmin:
 
 
 class Clock:
+    """A virtual clock: ``sleep`` moves it on."""
+
     def __init__(self) -> None:
         self.now = 0.0
 
