@@ -1140,15 +1140,32 @@ class StreamConsumer:
                     )
 
     def _flow_control(self) -> None:
-        """Pause lanes whose buffer is full and partitions whose in-flight window is."""
+        """Pause lanes whose buffer is full, partitions whose in-flight window is, and,
+        once a lane's buffer is half full, its partitions holding more than their share
+        of it.
+
+        The share: a lane's buffer refills from the head of the fetched records, one
+        partition's run of them at a time (a fetch holds up to
+        ``max.partition.fetch.bytes`` of each), so without it one partition took every
+        slot that freed up: a member handling 50 records/s with a backlog read one
+        partition at a time, another waiting 5.5 minutes for its first record. Paused,
+        the partition's fetched records are let go (librdkafka purges them) and the
+        others' come in; below half full, every partition reads freely."""
         to_pause: dict[tuple[str, int], list[TopicPartition]] = {}
         to_resume: dict[tuple[str, int], list[TopicPartition]] = {}
+        limit = self.max_buffered_per_lane
         with self._lock:
             self._apply_acks()
+            sharing: dict[int, int] = {}  # partitions per lane priority
             for state in self._states.values():
-                full = self._buffers[state.priority].size >= self.max_buffered_per_lane
+                sharing[state.priority] = sharing.get(state.priority, 0) + 1
+            for state in self._states.values():
+                buffered = self._buffers[state.priority].size
+                full = buffered >= limit
+                share_over = state.in_flight * sharing[state.priority] > limit
+                crowding = 2 * buffered >= limit and share_over
                 window = state.in_flight >= self.max_in_flight  # acks applied just above
-                want_paused = full or window
+                want_paused = full or crowding or window
                 if want_paused != state.paused:
                     state.paused = want_paused
                     k = state.key
