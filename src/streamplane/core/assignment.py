@@ -59,11 +59,15 @@ acting on every heartbeat would make units flap).
   fetch session, and zero weights would let every idle unit pile up on one member.
   Backlog does not weigh (a unit with a backlog weighs what its holder reads of it);
   it tells saturated members, below.
-- Capacity. A member's capacity is the throughput it could sustain at full CPU. When it
+- Capacity, in records/s (the unit of the weights). A member's capacity is the
+  throughput it could sustain at full CPU. When it
   reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
   and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
   range); otherwise ``reference speed * max(min_capacity, 1 - c)``, the reference being
-  the median speed of the members that report both (1 when none do). When no member
+  the median speed of the members that report both (when none do, the group's whole
+  load: a member with room could carry all of it; a dimensionless 1 there, against a
+  saturated member's records/s, gave a member handling 20 records/s every unit of a
+  group reading 200). When no member
   uses ``min_measured_cpu`` (10%) or more, no speed is estimated (all take the
   reference): there ``R / c`` says little (baseline CPU and handlers waiting on I/O
   dominate: members at 2-3% CPU each came out with a capacity in proportion to their
@@ -75,7 +79,11 @@ acting on every heartbeat would make units flap).
   process's baseline, makes busier members look a little faster; that bias shrinks at
   each pass and the tolerance absorbs it: the bench converges in a few passes.)
   A *saturated* member (the backlog on its units is at least ``saturation_backlog_s``
-  of its records/s) runs as fast as it can: its capacity is the load it carries. Its
+  of its records/s) runs as fast as it can: its capacity is the load it carries (the
+  smaller of its records/s and what it reads of the units it holds), and that rate
+  bounds its capacity for ``saturation_memory_s`` after it was last seen saturated
+  (``GroupState.saturated_rates``: having shed its units it looks idle, and was given
+  them back at the next pass). Its
   CPU is no measure there: members reading a backlog on a shared host each get the
   scheduler's share, ``R / c`` made the member with the larger share look overloaded
   (its ratio was its CPU over the mean CPU), and every pass moved units between
@@ -97,7 +105,11 @@ acting on every heartbeat would make units flap).
   pass necessary end at their targets (a second member gets half, not 45%) and nobody
   else's small drift moves. Repeat both until neither moves. Every move of either
   phase strictly lowers ``sum(load_m ** 2 / target_m)``, so balancing always ends, and
-  a second pass with unchanged loads moves nothing.
+  a second pass with unchanged loads moves nothing. A pass's moves are kept only if
+  they lower the largest deviation from target, among the members whose load they
+  change, by more than the tolerance (``_worthwhile``): an imbalance whole units
+  cannot undo (4 equal units on 3 members) moved a unit every 10 s on the noise of
+  the measured loads.
 - Deterministic: same state and input, same result. Ties between members are broken by
   a hash of ``(seed, member_id)``, ties between units by their sort order; nothing
   depends on set or dict iteration order.
@@ -232,6 +244,10 @@ class AssignerConfig:
     # long at its current rate: it runs as fast as it can, so its throughput is its
     # capacity (CPU says nothing more: on a shared host it is the scheduler's share).
     saturation_backlog_s: float = 2.0
+    # What a member read while saturated bounds its capacity for this long after it was
+    # last seen saturated (it sheds its units and, holding nothing, looks idle; without
+    # this it was given units again at the next pass and shed them again).
+    saturation_memory_s: float = 300.0
     # Load-driven balancing runs at most this often (structural changes act at once);
     # math.inf turns it off.
     rebalance_interval_s: float = 10.0
@@ -252,6 +268,8 @@ class AssignerConfig:
             )
         if _finite(self.saturation_backlog_s, "saturation_backlog_s") <= 0:
             raise ConfigError(f"saturation_backlog_s must be > 0, got {self.saturation_backlog_s}")
+        if _finite(self.saturation_memory_s, "saturation_memory_s") < 0:
+            raise ConfigError(f"saturation_memory_s must be >= 0, got {self.saturation_memory_s}")
         if math.isnan(self.rebalance_interval_s) or self.rebalance_interval_s <= 0:
             raise ConfigError(f"rebalance_interval_s must be > 0, got {self.rebalance_interval_s}")
 
@@ -301,6 +319,10 @@ class GroupState:
     next_balance_at: float = -math.inf  # when a heartbeat may next balance on load
     # Throughput (records/s) of each measured unit as of the last balancing pass.
     unit_weights: Mapping[WorkUnit, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Per member seen saturated: (records/s it read then, when it was last seen so).
+    saturated_rates: Mapping[str, tuple[float, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +412,7 @@ def heartbeat(
             next_deadline,  # still a lower bound: this member's lease only grew
             state.next_balance_at,
             state.unit_weights,
+            state.saturated_rates,
         )
         return new_state, MemberAssignment(
             member.active, member.releasing, member.lease_expiry, state.generation
@@ -578,6 +601,7 @@ class _Draft:
         self.next_deadline = state.next_deadline
         self.next_balance_at = state.next_balance_at
         self.unit_weights = state.unit_weights
+        self.saturated_rates = state.saturated_rates
         self._before = state.members
         # Mutable copies of the unit sets of the members this operation touches.
         self._held: dict[str, set[WorkUnit]] = {}
@@ -703,6 +727,7 @@ class _Draft:
         planner = _Planner(self)
         moves = planner.run()
         self.unit_weights = MappingProxyType(planner.measured)
+        self.saturated_rates = MappingProxyType(planner.saturated_rates)
         for unit, target in moves.items():
             pending = self.pending.get(unit)
             if pending is not None:
@@ -763,6 +788,7 @@ class _Draft:
             next_deadline,
             self.next_balance_at,
             self.unit_weights,
+            MappingProxyType({m: r for m, r in self.saturated_rates.items() if m in members}),
         )
 
 
@@ -847,31 +873,67 @@ class _Planner:
         return [max(measured.get(k, default), floor) for k in range(len(self.units))]
 
     def _capacities(self, draft: _Draft) -> list[float]:
-        floor = draft.config.min_capacity
+        """Each member's capacity, in records/s (the unit of the weights)."""
+        config = draft.config
+        floor = config.min_capacity
         loads = [draft.members[m].load for m in self.ids]
         speeds: dict[str, float] = {}
         # No member at min_measured_cpu: no signal, lightly loaded members are alike.
-        if any(load.cpu >= draft.config.min_measured_cpu for load in loads):
+        if any(load.cpu >= config.min_measured_cpu for load in loads):
             for member_id, load in zip(self.ids, loads, strict=True):
                 if load.records_per_s > 0 and load.cpu > 0:
                     speeds[member_id] = load.records_per_s / max(load.cpu, floor)
-        reference = median(speeds[m] for m in self.ids if m in speeds) if speeds else 1.0
+        # Records/s at full CPU of a member whose speed is not measured: the median speed;
+        # with none measured, nothing bounds a member with room: it could take everything.
+        reference = (
+            median(speeds[m] for m in self.ids if m in speeds)
+            if speeds
+            else max(math.fsum(self.weights), _EPS)
+        )
+        # What each member reads of the units it holds (releasing ones included).
+        held = [0.0] * len(self.ids)
+        for k, m in enumerate(self.holder):
+            if m >= 0:
+                held[m] += self.weights[k]
+        clock = max(member.last_heartbeat for member in draft.members.values())
+        self.saturated_rates: dict[str, tuple[float, float]] = {}
         capacity = []
         for m, member_id in enumerate(self.ids):
-            cpu = draft.members[member_id].load.cpu
+            member = draft.members[member_id]
+            cpu = member.load.cpu
             speed = speeds.get(member_id)
-            if self.load[m] > 0 and _saturated(draft.members[member_id].load, draft.config):
-                capacity.append(self.load[m])  # it runs flat out on what it holds
-            elif speed is None:
-                capacity.append(reference * max(floor, 1.0 - cpu))
+            if speed is None:
+                base = reference * max(floor, 1.0 - cpu)
             else:
-                capacity.append(speed * (cpu + max(floor, 1.0 - cpu)))
+                base = speed * (cpu + max(floor, 1.0 - cpu))
+            saturated = _saturated(member.load, config)
+            if saturated and held[m] > 0:
+                # It runs flat out: what it reads is all it can do.
+                self.saturated_rates[member_id] = (held[m], member.last_heartbeat)
+                capacity.append(min(self.load[m], held[m]) if self.load[m] > 0 else held[m])
+                continue
+            remembered = draft.saturated_rates.get(member_id)
+            if (
+                remembered is not None
+                and clock < remembered[1] + config.saturation_memory_s
+                and (saturated or member.load.records_per_s <= remembered[0])
+            ):
+                # Lately saturated at this rate (and not reading more since, with room):
+                # having shed its units it looks idle, but it can take no more than that.
+                self.saturated_rates[member_id] = remembered
+                capacity.append(min(base, remembered[0]))
+            else:
+                capacity.append(base)
         return capacity
 
     def run(self) -> dict[WorkUnit, str]:
         if self.units:
             self._place_free()
+            placed, loads = list(self.where), list(self.load)
             self._balance()
+            if not self._worthwhile(loads):
+                # An imbalance whole units cannot undo (or noise on one): stay put.
+                self.where, self.load = placed, loads
         return {
             self.units[k]: self.ids[self.where[k]]
             for k in range(len(self.units))
@@ -900,6 +962,23 @@ class _Planner:
             self.where[k] = m
             load[m] += w
             heapq.heappush(heap, ((load[m] + reference) / target[m], m))
+
+    def _worthwhile(self, before: list[float]) -> bool:
+        """Whether balancing, which went from loads ``before`` to ``self.load``, lowered
+        the largest deviation from target (``|load / target - 1|``) among the members
+        whose load changed by more than the tolerance. Hysteresis: with units that do
+        not divide evenly, the member holding one unit more is out of the band at every
+        pass, and a move that only hands that extra unit on (or that noise on the
+        measured weights makes look better by a hair) flapped the unit around."""
+        changed = [m for m in range(len(self.ids)) if before[m] != self.load[m]]
+        if not changed:
+            return True
+        target = self.target
+
+        def deviation(loads: list[float]) -> float:
+            return max(abs(loads[m] / target[m] - 1.0) for m in changed)
+
+        return deviation(before) - deviation(self.load) > self.tolerance + _EPS
 
     def _balance(self) -> None:
         load, target = self.load, self.target
