@@ -65,16 +65,37 @@ if the lag never decreased, else OK. Here the same questions are asked in second
 3. ``STALL`` when commits still arrive but the offset does not move: a commit was seen
    after the offset last changed, and
    ``now - max(offset_changed, caught_up) > stall_after_s``.
-4. ``WARN`` when the time lag exceeds ``warn_time_lag_s`` (if set), or when the time lag
-   grew over the window: the partition was not caught up during the last ``window_s``,
-   the history holds at least ``warn_min_samples`` samples in the window, every sample
-   of the newer half is at or above every sample of the older half, and it grew by at
-   least ``warn_min_growth_s`` from the oldest sample to the newest. (Burrow's "never
-   decreased" let one dip of a third of a second keep a lag that then rose from 15 s to
-   40 s at OK for the whole window; a commit cadence's sawtooth is tolerated as long as
-   the rise outgrows it.) When a sample in the window has no time lag (foreign group
-   without a timestamp lookup), the same rule is applied to the offset lag.
-5. ``OK`` otherwise.
+4. ``WARN`` (first match of a, b, c):
+
+   a. the offset has not moved for ``warn_after_s`` (default 45 s, None: off) while work
+      was pending: ``now - max(offset_changed, caught_up) > warn_after_s`` (for an
+      expected partition never committed on, its time lag since it was last caught up,
+      as in rule 2). The early sign of a STOP or a STALL: a group whose members all died
+      reads WARN from 45 s, STOP from 120 s. 45 s leaves room for consumers that commit
+      every 30 s (Kafka Streams' default interval).
+   b. the time lag exceeds ``warn_time_lag_s`` (if set).
+   c. the time lag grew: over the history samples taken in the last ``window_s`` *since
+      the partition was last caught up* (``caught_up``; the samples before it do not
+      count, Burrow's rule 1), there are at least ``warn_min_samples`` of them (with the
+      default history, 5 samples of 30 s: about 2 minutes behind; the monitor's 5 s
+      samples: about 25 s), every sample of the newer half is at or above every sample
+      of the older half, the lag grew by at least ``warn_min_growth_s`` from the oldest
+      sample to the newest, and the newest is less than ``warn_min_growth_s`` below the
+      highest (a lag that came down by more than that is being caught up: a consumer
+      restarted after a STOP that reads faster than the production rate turns OK within
+      ``warn_min_growth_s`` of progress). The samples taken after the offset last moved
+      count as one, the newest (they only repeat that the offset stands still, and the
+      lag can only grow): a verdict of growth holds until the offset moves again, rule a
+      takes over after ``warn_after_s`` and STOP after ``stop_after_s``, so a partition
+      whose lag keeps growing without progress does not go back to OK (unless, within
+      ``warn_after_s`` of its last move, its oldest samples leave a full history). (Burrow's "never
+      decreased" let one dip of a third of a second keep a lag that then rose from 15 s
+      to 40 s at OK for the whole window; a commit cadence's sawtooth is tolerated as
+      long as the rise outgrows it.) When a sample in the window has no time lag
+      (foreign group without a timestamp lookup), the halves and growth tests are
+      applied to the offset lag.
+5. ``OK`` otherwise: a group that commits every second with a sawtooth of a few seconds
+   of lag, or a consumer behind but catching up, stays OK.
 
 ``LagStatus`` is ordered by severity (OK < WARN < STALL < STOP < ERR); an aggregate's
 status is the worst of its partitions. An aggregate's lags cover the partitions whose
@@ -139,7 +160,13 @@ class LagThresholds:
     window_s: float = 600.0
     stop_after_s: float = 120.0
     stall_after_s: float = 60.0
-    warn_min_samples: int = 5  # more than history_size: the trend rule never fires
+    # Rule 4a: WARN when the offset has not moved for this long with work pending (the
+    # early sign of a STOP or a STALL); None: off.
+    warn_after_s: float | None = 45.0
+    # Rule 4c: samples needed in the window since the partition was last caught up (with
+    # the defaults, 5 of the 20 samples: 2 to 2.5 minutes behind); more than
+    # history_size turns the trend rule off.
+    warn_min_samples: int = 5
     warn_min_growth_s: float = 10.0
     warn_time_lag_s: float | None = None
     history_size: int = 20
@@ -149,8 +176,10 @@ class LagThresholds:
         for name in ("window_s", "stop_after_s", "stall_after_s", "warn_min_growth_s"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"LagThresholds.{name} must be >= 0, not {getattr(self, name)}")
-        if self.warn_time_lag_s is not None and not self.warn_time_lag_s >= 0:
-            raise ConfigError("LagThresholds.warn_time_lag_s must be >= 0 or None")
+        for name in ("warn_after_s", "warn_time_lag_s"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ConfigError(f"LagThresholds.{name} must be >= 0 or None")
         if self.warn_min_samples < 2:
             raise ConfigError("LagThresholds.warn_min_samples must be >= 2")
         if self.history_size < 2:
@@ -311,7 +340,9 @@ class LagModel:
         self._window_ms = th.window_s * 1000.0
         self._stop_ms = th.stop_after_s * 1000.0
         self._stall_ms = th.stall_after_s * 1000.0
+        self._warn_after_ms = math.inf if th.warn_after_s is None else th.warn_after_s * 1000.0
         self._bucket_ms = max(1, round(th.history_interval_s * 1000.0))
+        self._trend_span_ms = (th.warn_min_samples - 2) * self._bucket_ms
         self._hsize = th.history_size
         self._interpolation_points = interpolation_points
         if interpolation_points:
@@ -589,10 +620,22 @@ class LagModel:
             yield self._h_time[i], self._h_tlag[i], self._h_olag[i]
 
     def _lag_grew(self, p: _Partition, now_ms: int) -> bool:
-        """Rule 4b: the lag grew over the window: the newer half of its samples stays
-        at or above every sample of the older half, and it grew in all."""
-        since = now_ms - self._window_ms
-        window = [s for s in self._samples(p) if since <= s[0] <= now_ms]
+        """Rule 4c: the lag grew over the samples taken in the window since the partition
+        was last caught up: the newer half of them stays at or above every sample of the
+        older half, it grew by warn_min_growth_s in all, and the newest sample is less
+        than that below the highest (a lag that came down by more is being caught up).
+        Samples taken after the offset last moved repeat that it stands still (the lag
+        can only grow): only the newest of them counts, so a verdict of growth holds
+        until the offset moves again."""
+        since = max(now_ms - self._window_ms, p.caught_up_ms + 1)
+        still_since = p.changed_ms if p.changed_ms > _NEVER else now_ms
+        window: list[tuple[int, float, int]] = []
+        for s in self._samples(p):
+            if since <= s[0] <= now_ms:
+                if window and window[-1][0] > still_since:
+                    window[-1] = s  # the offset did not move between the two
+                else:
+                    window.append(s)
         th = self.thresholds
         if len(window) < th.warn_min_samples:
             return False
@@ -602,6 +645,7 @@ class LagModel:
             return (
                 min(tlags[half:]) >= max(tlags[:half])
                 and tlags[-1] - tlags[0] >= th.warn_min_growth_s
+                and max(tlags) - tlags[-1] < th.warn_min_growth_s  # not coming down
             )
         olags = [s[2] for s in window]
         if any(x < 0 for x in olags):
@@ -614,17 +658,22 @@ class LagModel:
         caught_up = p.caught_up_ms
         if p.rewind_ms > caught_up and now_ms - p.rewind_ms <= self._window_ms:
             return LagStatus.ERR
-        last_commit = p.commit_ms
+        last_commit = last_move = p.commit_ms
         if last_commit == _NEVER:  # expected, never committed: pending since its first record
-            last_commit = now_ms - int(tlag * 1000.0) if tlag == tlag else now_ms
+            last_commit = last_move = now_ms - int(tlag * 1000.0) if tlag == tlag else now_ms
+        else:
+            last_move = p.changed_ms
         if now_ms - max(last_commit, caught_up) > self._stop_ms:
             return LagStatus.STOP
         if p.commit_ms > p.changed_ms and now_ms - max(p.changed_ms, caught_up) > self._stall_ms:
             return LagStatus.STALL
+        if now_ms - max(last_move, caught_up) > self._warn_after_ms:
+            return LagStatus.WARN
         warn_at = self.thresholds.warn_time_lag_s
         if warn_at is not None and tlag > warn_at:  # NaN compares False
             return LagStatus.WARN
-        if now_ms - caught_up > self._window_ms and self._lag_grew(p, now_ms):
+        # warn_min_samples samples, one per bucket, all after caught_up: cheap to rule out
+        if now_ms - caught_up > self._trend_span_ms and self._lag_grew(p, now_ms):
             return LagStatus.WARN
         return LagStatus.OK
 

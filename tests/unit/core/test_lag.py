@@ -150,7 +150,9 @@ def test_stop_when_commits_cease_with_work_pending() -> None:
     for t in range(110, 400, 10):  # end offsets keep coming, commits do not
         m.observe_end_offset("t", 0, 1000 + 10 * t, t * S)
     assert status(m, 100) is LagStatus.OK
-    assert status(m, 220) is LagStatus.OK  # exactly stop_after_s: not yet
+    assert status(m, 145) is LagStatus.OK  # exactly warn_after_s (45 s): not yet
+    assert status(m, 145.001) is LagStatus.WARN  # the offset stands still: rule 4a
+    assert status(m, 220) is LagStatus.WARN  # exactly stop_after_s: not yet STOP
     assert status(m, 220.001) is LagStatus.STOP
     m.observe_commit("g", "t", 0, 2000, 300 * S)
     assert status(m, 300) is LagStatus.OK
@@ -164,8 +166,9 @@ def test_idle_consumer_is_not_stopped_until_work_arrives() -> None:
     assert status(m, 495) is LagStatus.OK
     for t in range(500, 700, 10):  # traffic resumes, the consumer does not commit
         m.observe_end_offset("t", 0, 100 + t, t * S)
-    assert status(m, 600) is LagStatus.OK
-    assert status(m, 610) is LagStatus.OK  # 120 s after the last caught-up poll (490 s)
+    assert status(m, 535) is LagStatus.OK  # 45 s after the last caught-up poll (490 s)
+    assert status(m, 600) is LagStatus.WARN  # rule 4a: no progress with work pending
+    assert status(m, 610) is LagStatus.WARN  # 120 s after the last caught-up poll
     assert status(m, 610.001) is LagStatus.STOP
 
 
@@ -174,7 +177,8 @@ def test_stall_when_the_same_offset_is_committed_again() -> None:
     m.observe_end_offset("t", 0, 100, 0)
     for t in range(0, 61, 5):
         m.observe_commit("g", "t", 0, 40, t * S, low_watermark_ts_ms=0)
-    assert status(m, 60) is LagStatus.OK  # exactly stall_after_s
+    assert status(m, 45) is LagStatus.OK  # exactly warn_after_s
+    assert status(m, 60) is LagStatus.WARN  # exactly stall_after_s: rule 4a, not STALL
     assert status(m, 60.001) is LagStatus.STALL
     r = lag(m, 61)
     assert r.time_lag_s == 61.0
@@ -186,7 +190,8 @@ def test_a_single_commit_then_silence_is_stop_not_stall() -> None:
     m = LagModel(NO_TREND)
     m.observe_end_offset("t", 0, 100, 0)
     m.observe_commit("g", "t", 0, 40, 0)
-    assert status(m, 100) is LagStatus.OK
+    assert status(m, 45) is LagStatus.OK
+    assert status(m, 100) is LagStatus.WARN
     assert status(m, 121) is LagStatus.STOP
 
 
@@ -264,11 +269,27 @@ def test_no_warn_when_caught_up_within_the_window() -> None:
     def caught_up_then_half_speed(t: int) -> tuple[int, int | None] | None:
         return (0, None) if t == 0 else half_speed(t)
 
+    # The samples before the last caught-up time do not count; those after it show the
+    # growth once there are warn_min_samples of them (20, 50, 80, 110, 120 s), even
+    # though the partition was caught up within the window (the old rule waited for a
+    # whole window behind: OK until 600 s).
     reports = run(LagModel(), 400, caught_up_then_half_speed)
-    assert reports[400].status is LagStatus.OK  # rule 1: caught up at 0 s, inside 600 s
-    reports = run(LagModel(LagThresholds(window_s=300)), 400, caught_up_then_half_speed)
-    assert reports[290].status is LagStatus.OK
-    assert reports[310].status is LagStatus.WARN
+    assert reports[110].status is LagStatus.OK
+    assert reports[120].status is LagStatus.WARN
+    assert reports[400].status is LagStatus.WARN
+
+    # Caught up again at 130 s, then at half speed again: the older samples stop
+    # counting, the trend shows again once there are 5 samples since (140 to 240 s).
+    def catch_up_at_130(t: int) -> tuple[int, int | None] | None:
+        if t < 130:
+            return caught_up_then_half_speed(t)
+        at = 13_000 + 50 * (t - 130)
+        return (at, 10 * at)
+
+    reports = run(LagModel(), 400, catch_up_at_130)
+    assert reports[120].status is LagStatus.WARN
+    assert [reports[t].status for t in (130, 200, 230)] == [LagStatus.OK] * 3
+    assert reports[240].status is LagStatus.WARN
 
 
 def test_warn_on_offset_lag_growth_without_time_lag() -> None:

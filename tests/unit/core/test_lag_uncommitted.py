@@ -45,7 +45,11 @@ def test_an_expected_partition_counts_from_the_log_start() -> None:
     )
     # Never committed, never caught up, pending since its first record (1 s): STOP after
     # stop_after_s (120 s) of time lag.
-    assert lag(m, 120).status is LagStatus.OK
+    # Pending since its first record: WARN after warn_after_s (45 s), STOP after
+    # stop_after_s (120 s).
+    assert lag(m, 46).status is LagStatus.OK
+    assert lag(m, 47).status is LagStatus.WARN
+    assert lag(m, 120).status is LagStatus.WARN
     assert lag(m, 122).status is LagStatus.STOP
 
 
@@ -63,7 +67,8 @@ def test_an_empty_expected_partition_is_caught_up_until_records_land() -> None:
     m.observe_end_offset("t", 0, 3, 6 * S)
     m.observe_offset_timestamp("g", "t", 0, 0, 5 * S)
     r = lag(m, 65)
-    assert (r.offset_lag, r.time_lag_s, r.status) == (3, 60.0, LagStatus.OK)
+    assert (r.offset_lag, r.time_lag_s, r.status) == (3, 60.0, LagStatus.WARN)
+    assert lag(m, 46).status is LagStatus.OK  # 45 s after the last caught-up poll (1 s)
     # Caught up (empty) last at 1 s: stopped 120 s after that.
     assert lag(m, 130).status is LagStatus.STOP
     # History: the empty observation, then the lag.

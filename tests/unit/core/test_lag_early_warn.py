@@ -1,0 +1,125 @@
+"""Lag status: WARN before STOP when a group dies (rule 4a), the trend rule reachable with
+the default history (rule 4c), no WARN -> OK while the lag grows without progress, and no
+false positives on healthy groups (a commit every second, a sawtooth lag of a few
+seconds; a consumer behind but catching up)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from streamplane.core.lag import LagModel, LagStatus, LagThresholds
+
+S = 1000
+MONITOR = LagThresholds(history_size=120, history_interval_s=5.0)  # as lag.monitor uses
+THRESHOLDS = [pytest.param(LagThresholds(), id="defaults"), pytest.param(MONITOR, id="monitor")]
+
+# position(t) -> committed offset at t s (None: no commit); records are produced at
+# 100/s from 0 s, record i ingested at 10 i ms, end offsets polled every second.
+Position = Callable[[int], int | None]
+
+
+def simulate(th: LagThresholds, until_s: int, position: Position) -> dict[int, LagStatus]:
+    m = LagModel(th)
+    statuses = {}
+    for t in range(until_s + 1):
+        offset = position(t)
+        if offset is not None:
+            m.observe_commit("g", "t", 0, offset, t * S, low_watermark_ts_ms=offset * 10)
+        m.observe_end_offset("t", 0, 100 * t, t * S)
+        r = m.partition("g", "t", 0, t * S)
+        if r is not None:
+            statuses[t] = r.status
+    return statuses
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_dead_group_warns_before_it_stops(th: LagThresholds) -> None:
+    """All members die at 300 s (caught up to the last second until then): WARN once the
+    offset has not moved for warn_after_s (45 s), STOP at stop_after_s (120 s), never OK
+    in between. It used to read OK up to 118 s of time lag, then STOP."""
+    statuses = simulate(th, 500, lambda t: 100 * (t - 1) if 1 <= t <= 300 else None)
+    assert {statuses[t] for t in range(1, 346)} == {LagStatus.OK}
+    assert {statuses[t] for t in range(346, 421)} == {LagStatus.WARN}
+    assert {statuses[t] for t in range(421, 501)} == {LagStatus.STOP}
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_group_falling_behind_steadily_warns(th: LagThresholds) -> None:
+    """Caught up at 0 s, then committing every second at 90% of the production rate: the
+    time lag grows by 0.1 s a second (24 s at 240 s). It read OK for the whole 10 minutes
+    the old trend rule needed the partition to have been behind."""
+    statuses = simulate(th, 240, lambda t: 90 * t)
+    assert statuses[0] is LagStatus.OK
+    first_warn = min(t for t, s in statuses.items() if s is LagStatus.WARN)
+    assert first_warn <= 180  # 5 samples since caught up and 10 s of growth
+    assert {statuses[t] for t in range(first_warn, 241)} == {LagStatus.WARN}
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_healthy_group_with_a_sawtooth_lag_stays_ok(th: LagThresholds) -> None:
+    """A commit every second, the consumer 0.5 to 4 s behind (a sawtooth over 7 s, never
+    caught up for minutes), for 30 minutes: OK throughout."""
+
+    def sawtooth(t: int) -> int:
+        behind = 0.5 + (t % 7) / 2  # 0.5 .. 3.5 s
+        return max(0, int(100 * (t - behind)))
+
+    statuses = simulate(th, 1800, sawtooth)
+    assert set(statuses.values()) == {LagStatus.OK}
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_consumer_behind_but_catching_up_stays_ok(th: LagThresholds) -> None:
+    """Restarted 300 s behind, reading at twice the production rate and committing every
+    second: the lag shrinks until it is caught up (at 600 s). OK throughout."""
+
+    def catching_up(t: int) -> int | None:
+        if t <= 300:
+            return 0 if t == 0 else None  # committed 0 at 0 s, then down until 300 s
+        return min(100 * t, 200 * (t - 300))
+
+    statuses = simulate(th, 700, catching_up)
+    assert statuses[300] is LagStatus.STOP  # down for 300 s with work pending
+    # The time lag rose for 300 s: WARN until it is warn_min_growth_s (10 s) below its
+    # peak, then OK while it comes down.
+    assert {statuses[t] for t in range(301, 311)} <= {LagStatus.WARN, LagStatus.OK}
+    assert {statuses[t] for t in range(311, 701)} == {LagStatus.OK}
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_consumer_behind_and_slowly_catching_up_stays_ok(th: LagThresholds) -> None:
+    """Found 200 s behind, reading 5% faster than the production rate and committing every
+    second: the lag shrinks by 0.05 s a second, for 30 minutes. OK throughout."""
+    statuses = simulate(th, 1800, lambda t: int(100 * (t - 200 + 0.05 * t)) if t >= 200 else None)
+    assert {statuses[t] for t in range(200, 1801)} == {LagStatus.OK}
+
+
+def test_no_flip_to_ok_while_the_lag_grows_without_progress() -> None:
+    """A consumer falling behind with a bump (time lag 10 .. 19 s, 23 s, 20 s, then 21 ..
+    27 s, a commit every 5 s) dies: the trend rule said WARN, and as new samples came in
+    the halves' boundary moved past the bump (23 s in the older half, 20 s in the newer):
+    OK 15 s after the last commit while the lag kept growing (as a dead partition went
+    WARN -> OK at 583 s in an exploratory run). Samples taken after the offset last moved
+    now count as one, and rule 4a takes over after 45 s: WARN until STOP."""
+    lags: list[int] = [*range(10, 20), 23, 20, *range(21, 28)]  # at 20, 25, .., 110 s
+
+    def bumpy_then_dead(t: int) -> int | None:
+        k, r = (t - 20) // 5, (t - 20) % 5
+        if t < 20 or r or k >= len(lags):
+            return None
+        return 100 * (t - lags[k])
+
+    statuses = simulate(MONITOR, 300, bumpy_then_dead)
+    last_commit = 20 + 5 * (len(lags) - 1)
+    assert statuses[last_commit] is LagStatus.WARN  # the trend rule
+    assert {statuses[t] for t in range(last_commit, last_commit + 121)} == {LagStatus.WARN}
+    assert statuses[last_commit + 121] is LagStatus.STOP
+
+
+def test_warn_after_can_be_turned_off() -> None:
+    th = LagThresholds(warn_after_s=None, warn_min_samples=1000)
+    statuses = simulate(th, 500, lambda t: 100 * (t - 1) if 1 <= t <= 300 else None)
+    assert {statuses[t] for t in range(1, 421)} == {LagStatus.OK}
+    assert statuses[421] is LagStatus.STOP
