@@ -67,33 +67,39 @@ if the lag never decreased, else OK. Here the same questions are asked in second
    ``now - max(offset_changed, caught_up) > stall_after_s``.
 4. ``WARN`` (first match of a, b, c):
 
-   a. the offset has not moved for ``warn_after_s`` (default 45 s, None: off) while work
-      was pending: ``now - max(offset_changed, caught_up) > warn_after_s`` (for an
-      expected partition never committed on, its time lag since it was last caught up,
-      as in rule 2). The early sign of a STOP or a STALL: a group whose members all died
-      reads WARN from 45 s, STOP from 120 s. 45 s leaves room for consumers that commit
-      every 30 s (Kafka Streams' default interval).
+   a. the offset has not moved for ``warn_after_s`` (default 45 s, None: off), or for
+      1.5 times the partition's commit interval if that is longer, while work was
+      pending: ``now - max(offset_changed, caught_up) > max(warn_after_s, 1.5 *
+      interval)`` (for an expected partition never committed on, its time lag since it
+      was last caught up, as in rule 2). The interval is the shorter of the last two gaps
+      between commits (one outage does not stretch it; unknown before the second commit).
+      The early sign of a STOP or a STALL: a group whose members all died reads WARN
+      from 45 s, STOP from 120 s. A consumer that commits every 60 s (a checkpoint
+      cadence) reads OK between its commits and WARN 90 s after its last one.
    b. the time lag exceeds ``warn_time_lag_s`` (if set).
    c. the time lag grew: over the history samples taken in the last ``window_s`` *since
       the partition was last caught up* (``caught_up``; the samples before it do not
       count, Burrow's rule 1), there are at least ``warn_min_samples`` of them (with the
       default history, 5 samples of 30 s: about 2 minutes behind; the monitor's 5 s
       samples: about 25 s), every sample of the newer half is at or above every sample
-      of the older half, the lag grew by at least ``warn_min_growth_s`` from the oldest
-      sample to the newest, and the newest is less than ``warn_min_growth_s`` below the
-      highest (a lag that came down by more than that is being caught up: a consumer
-      restarted after a STOP that reads faster than the production rate turns OK within
-      ``warn_min_growth_s`` of progress). The samples taken after the offset last moved
-      count as one, the newest (they only repeat that the offset stands still, and the
-      lag can only grow): a verdict of growth holds until the offset moves again, rule a
-      takes over after ``warn_after_s`` and STOP after ``stop_after_s``, so a partition
-      whose lag keeps growing without progress does not go back to OK (unless, within
-      ``warn_after_s`` of its last move, its oldest samples leave a full history). (Burrow's "never
-      decreased" let one dip of a third of a second keep a lag that then rose from 15 s
-      to 40 s at OK for the whole window; a commit cadence's sawtooth is tolerated as
-      long as the rise outgrows it.) When a sample in the window has no time lag
+      of the older half, the lag grew by at least ``growth`` from the oldest sample to
+      the newest, and the newest is less than ``growth`` below the highest (a lag that
+      came down by more than that is being caught up: a consumer restarted after a STOP
+      that reads faster than the production rate turns OK within ``growth`` of
+      progress). ``growth`` is ``warn_min_growth_s`` (10 s), or the commit interval of
+      rule a if that is longer: between two commits the time lag rises by the interval.
+      The samples taken after the offset last moved count as one, the newest (they only
+      repeat that the offset stands still, and the lag can only grow): a verdict of
+      growth holds until the offset moves again, rule a takes over after ``warn_after_s``
+      and STOP after ``stop_after_s``, so a partition whose lag keeps growing without
+      progress does not go back to OK (unless, within ``warn_after_s`` of its last move,
+      its oldest samples leave a full history). (Burrow's "never decreased" let one dip
+      of a third of a second keep a lag that then rose from 15 s to 40 s at OK for the
+      whole window; a commit cadence's sawtooth is tolerated as long as the rise
+      outgrows it.) When a sample in the window has no time lag
       (foreign group without a timestamp lookup), the halves and growth tests are
-      applied to the offset lag.
+      applied to the offset lag, and "coming down" means by a tenth of its highest or
+      more (records have no unit of time to set a margin in).
 5. ``OK`` otherwise: a group that commits every second with a sawtooth of a few seconds
    of lag, or a consumer behind but catching up, stays OK.
 
@@ -267,10 +273,12 @@ class _Partition:
         "base",
         "caught_up_ms",
         "changed_ms",
+        "commit_gap_ms",
         "commit_ms",
         "committed",
         "count",
         "labels",
+        "last_gap_ms",
         "log_end",
         "newest",
         "rewind_ms",
@@ -287,6 +295,10 @@ class _Partition:
         self.committed = -1  # or _FROM_START: expected, counts from the log start
         self.commit_ms = _NEVER
         self.changed_ms = _NEVER
+        # The commit interval: the shorter of the last two gaps between commits (the
+        # first gap after two commits, 0 before); last_gap_ms is the newer of the two.
+        self.commit_gap_ms = 0
+        self.last_gap_ms = -1
         self.rewind_ms = _NEVER
         self.caught_up_ms = _NEVER
         self.ts_offset = -1
@@ -471,6 +483,10 @@ class LagModel:
                 p.rewind_ms = commit_ms
             p.committed = offset
             p.changed_ms = commit_ms
+        if p.commit_ms != _NEVER and commit_ms > p.commit_ms:
+            gap = commit_ms - p.commit_ms
+            p.commit_gap_ms = gap if p.last_gap_ms < 0 else min(gap, p.last_gap_ms)
+            p.last_gap_ms = gap
         p.commit_ms = commit_ms
         if low_watermark_ts_ms is not None:
             p.ts_offset = offset
@@ -642,15 +658,23 @@ class LagModel:
         half = len(window) // 2
         tlags = [s[1] for s in window]
         if not any(math.isnan(x) for x in tlags):
+            # Between two commits the time lag rises by the commit interval: a rise
+            # within that is the cadence's sawtooth, not growth.
+            growth = max(th.warn_min_growth_s, p.commit_gap_ms / 1000.0)
             return (
                 min(tlags[half:]) >= max(tlags[:half])
-                and tlags[-1] - tlags[0] >= th.warn_min_growth_s
-                and max(tlags) - tlags[-1] < th.warn_min_growth_s  # not coming down
+                and tlags[-1] - tlags[0] >= growth
+                and max(tlags) - tlags[-1] < growth  # not coming down
             )
         olags = [s[2] for s in window]
         if any(x < 0 for x in olags):
             return False
-        return min(olags[half:]) >= max(olags[:half]) and olags[-1] > olags[0]
+        peak = max(olags)
+        return (
+            min(olags[half:]) >= max(olags[:half])
+            and olags[-1] > olags[0]
+            and 10 * (peak - olags[-1]) < peak  # not coming down by a tenth of its peak
+        )
 
     def _status(self, p: _Partition, now_ms: int, olag: int, tlag: float) -> LagStatus:
         if olag <= 0:
@@ -667,7 +691,7 @@ class LagModel:
             return LagStatus.STOP
         if p.commit_ms > p.changed_ms and now_ms - max(p.changed_ms, caught_up) > self._stall_ms:
             return LagStatus.STALL
-        if now_ms - max(last_move, caught_up) > self._warn_after_ms:
+        if now_ms - max(last_move, caught_up) > max(self._warn_after_ms, 1.5 * p.commit_gap_ms):
             return LagStatus.WARN
         warn_at = self.thresholds.warn_time_lag_s
         if warn_at is not None and tlag > warn_at:  # NaN compares False

@@ -123,3 +123,62 @@ def test_warn_after_can_be_turned_off() -> None:
     statuses = simulate(th, 500, lambda t: 100 * (t - 1) if 1 <= t <= 300 else None)
     assert {statuses[t] for t in range(1, 421)} == {LagStatus.OK}
     assert statuses[421] is LagStatus.STOP
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+@pytest.mark.parametrize("behind_s", [1, 5])
+def test_a_consumer_committing_every_minute_warns_only_when_it_dies(
+    th: LagThresholds, behind_s: int
+) -> None:
+    """A checkpoint-driven consumer commits every 60 s what it read up to behind_s before:
+    between two commits its offset stands still for 60 s with work pending. It read WARN
+    for the last 15 s of every minute (warn_after_s, 45 s); rule 4a now waits 1.5 times
+    the commit interval (90 s), known from the second commit on. When it dies (last
+    commit at 1,200 s): WARN from 90 s, STOP from 120 s."""
+
+    def every_minute(t: int) -> int | None:
+        return 100 * (t - behind_s) if t % 60 == 0 and 60 <= t <= 1200 else None
+
+    statuses = simulate(th, 1500, every_minute)
+    assert {statuses[t] for t in range(120, 1291)} == {LagStatus.OK}
+    assert {statuses[t] for t in range(1291, 1321)} == {LagStatus.WARN}
+    assert {statuses[t] for t in range(1321, 1501)} == {LagStatus.STOP}
+
+
+def test_one_long_gap_does_not_stretch_the_commit_interval() -> None:
+    """A group committing every second was down for 100 s once: its interval stays 1 s
+    (the shorter of the last two gaps), so when it dies later it warns at 45 s again."""
+
+    def with_an_outage(t: int) -> int | None:
+        if 200 <= t < 300 or t > 400:
+            return None
+        return 100 * (t - 1)
+
+    statuses = simulate(MONITOR, 600, with_an_outage)
+    assert statuses[446] is LagStatus.WARN
+    assert statuses[445] is LagStatus.OK
+
+
+def test_an_offset_lag_coming_down_from_its_peak_is_ok() -> None:
+    """A foreign group (no time lag): stopped for 200 s while 100 records/s arrived
+    (offset lag up to 20,000), then reading 300/s (down 200/s), a commit every second.
+    Rule 4c used to hold WARN while the newer half of the samples stayed above the older
+    one (~20 s into the decline) although the lag was already coming down."""
+    m = LagModel(MONITOR)
+    statuses = {}
+    for t in range(0, 321):
+        if t <= 100:
+            offset: int | None = 100 * t
+        elif t < 300:
+            offset = 10_000 if t % 5 == 0 else None  # commits the same offset, no progress
+        else:
+            offset = min(100 * t, 10_000 + 300 * (t - 300))
+        if offset is not None:
+            m.observe_commit("g", "t", 0, offset, t * S)
+        m.observe_end_offset("t", 0, 100 * t, t * S)
+        r = m.partition("g", "t", 0, t * S)
+        assert r is not None and (r.offset_lag == 0 or r.time_lag_s is None)
+        statuses[t] = r.status
+    assert statuses[299] is not LagStatus.OK  # stuck with 19,900 pending
+    # 10% below its peak (~20,000) after 10 s of 200/s: OK from then on
+    assert {statuses[t] for t in range(312, 321)} == {LagStatus.OK}
