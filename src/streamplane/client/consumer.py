@@ -684,8 +684,11 @@ class StreamConsumer:
     def _assign(self, table: RoutingTable) -> None:
         """Read what the routing offers and (with the Assigner) what this member owns."""
         assert self._lanes is not None
+        membership = self._membership
+        # Taken before the assignment: a heartbeat updates them first.
+        regranted = membership.take_regranted() if membership is not None else frozenset()
         owned, to_release = (
-            self._membership.assignment() if self._membership is not None else (None, frozenset())
+            membership.assignment() if membership is not None else (None, frozenset())
         )
         wanted: dict[PartitionKey, tuple[str, int]] = {}
         for seg in table.readable(self._lanes):
@@ -693,8 +696,33 @@ class StreamConsumer:
                 key = PartitionKey(seg.cluster, seg.topic, p)
                 if owned is None or key in owned:
                     wanted[key] = (seg.lane, self._lane_order[seg.lane])
-        new = [k for k in wanted if k not in self._states and k not in self._loading]
-        gone = [k for k in self._states if k not in wanted]
+        # Units given back to us by a heartbeat that admitted us again (our lease had
+        # expired on the control plane): another member may have read and committed them
+        # meanwhile, so what we hold of them (buffered records, settled state, a load of
+        # their commits) is stale. They are dropped like lost units and read afresh.
+        stale = {k for k in regranted if k in self._states} if regranted else set()
+        reload = {k for k in regranted if k in self._loading} if regranted else set()
+        if reload:
+            for load in self._loads:
+                load.keys = [k for k in load.keys if k not in reload]
+            self._failed_loads = [
+                (due, cluster, [k for k in keys if k not in reload])
+                for due, cluster, keys in self._failed_loads
+            ]
+        if stale or reload:
+            log.warning(
+                "%s (group %s): %s given back after our lease had expired are read afresh "
+                "from their committed state (their buffered records are dropped)",
+                self.stream,
+                self.group,
+                counted(len(stale | reload), "work unit"),
+            )
+        new = [
+            k
+            for k in wanted
+            if (k not in self._states or k in stale) and (k not in self._loading or k in reload)
+        ]
+        gone = [k for k in self._states if k not in wanted or k in stale]
         unloaded = [k for k in self._loading if k not in wanted]  # never read: let go
         for k in unloaded:
             del self._loading[k]
@@ -715,6 +743,7 @@ class StreamConsumer:
                     self.group,
                     counted(len(lost), "work unit"),
                 )
+            lost |= stale
             dropped = [self._states.pop(k) for k in gone if k in lost]
             self.commit()  # the others: committed before they are let go
             dropped += [self._states.pop(k) for k in gone if k not in lost]

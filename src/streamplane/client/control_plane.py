@@ -251,7 +251,8 @@ class ControlPlaneClient:
 
         Units are ``{"cluster", "topic", "partition"}`` dicts (``units`` may add
         ``throughput`` and ``backlog``). The answer has ``work_units``, ``release`` (units
-        to stop and hand back in ``released``), ``lease_s`` and ``generation``.
+        to stop and hand back in ``released``), ``lease_s``, ``generation`` and ``joined``
+        (the heartbeat admitted the member: new, or its lease had expired).
         """
         body = {
             "member_id": member_id,

@@ -14,6 +14,10 @@ reached, the consumer then commits nothing (``may_commit``); unless it could not
 reached or said that the Assigner cannot answer now (503), it hands out nothing either
 (``lease_lapsed``): until a heartbeat answers and says which units are still ours. A
 process that was stopped (SIGSTOP, a paused VM) or starved is there when it runs again.
+If the control plane had expired the member meanwhile, the answer says it was admitted
+again (``joined``): the units it lists may have had another holder since, even those it
+held before, and the consumer reads them afresh from their committed state
+(``take_regranted``).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
+from streamplane.core.text import counted
 from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,10 @@ class GroupMembership:
             frozenset(),
         )
         self._released: set[PartitionKey] = set()
+        # Units granted by an answer that admitted us again (our lease had expired on the
+        # control plane), until the consumer takes them (``take_regranted``).
+        self._regranted: frozenset[PartitionKey] = frozenset()
+        self._admitted = False  # a heartbeat was answered (the first one admits us)
         self.generation = -1
         self._lease_deadline = 0.0
         self._lease_s = 0.0  # the last answer's lease
@@ -114,6 +123,15 @@ class GroupMembership:
     def assignment(self) -> tuple[frozenset[PartitionKey], frozenset[PartitionKey]]:
         """``(owned, release)`` as one answer gave them."""
         return self._units
+
+    def take_regranted(self) -> frozenset[PartitionKey]:
+        """The units granted since the last call by answers that admitted this member
+        again after its lease expired on the control plane: whatever the consumer holds
+        of them is stale (another member may have read and committed them meanwhile).
+        Take them before ``assignment()``: an answer updates them first."""
+        with self._lock:
+            regranted, self._regranted = self._regranted, frozenset()
+        return regranted
 
     def may_commit(self) -> bool:
         """False once our lease has run out while the control plane answers (fenced)."""
@@ -212,7 +230,20 @@ class GroupMembership:
         with self._lock:
             self._released -= released
         lease_s = float(answer["lease_s"])
-        if (owned, release) != self._units:
+        rejoined = bool(answer.get("joined", False)) and self._admitted
+        if rejoined:
+            # Our lease had expired on the control plane: every unit we are given may have
+            # had another holder since. Recorded before the units and the lease.
+            with self._lock:
+                self._regranted |= owned
+            log.warning(
+                "%s was admitted to group %s again (its lease had expired on the control "
+                "plane): its %s are read afresh from their committed state",
+                self.member_id,
+                self.group,
+                counted(len(owned), "work unit"),
+            )
+        if rejoined or (owned, release) != self._units:
             # Before the lease is renewed: a consumer whose lease lapsed hands out
             # records again only once it has seen which units it lost (``lease_lapsed``).
             self._units = (owned, release)
@@ -221,6 +252,7 @@ class GroupMembership:
         self._lease_s = lease_s
         self._lease_deadline = sent_at + lease_s - LEASE_MARGIN_S
         self.connected = True
+        self._admitted = True
         self._assigner_away = False
         if lease_s > 0 and self.interval_s > lease_s / 2:
             # Beating once a lease (or less often) the member would lose its units

@@ -31,6 +31,7 @@ class HeartbeatAnswer:
     release: frozenset[WorkUnit]
     lease_s: float  # the lease runs for this long from the answer
     generation: int
+    joined: bool = False  # the member was admitted (new, or its lease had expired)
 
 
 @dataclass
@@ -124,6 +125,7 @@ class AssignerService:
                 answer.release,
                 max(0.0, answer.lease_expiry - now),
                 answer.generation,
+                answer.joined,
             )
 
     def leave(self, group_id: str, member_id: str) -> None:

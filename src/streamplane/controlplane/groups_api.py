@@ -51,6 +51,9 @@ class HeartbeatOut(BaseModel):
     release: list[UnitRef]
     lease_s: float
     generation: int
+    # The member was admitted by this heartbeat: it was new, or its lease had expired and
+    # it lost its units (any unit listed may have had another holder since).
+    joined: bool = False
 
 
 def groups_router(
@@ -108,6 +111,7 @@ def groups_router(
             release=[UnitRef.of(u) for u in sorted(answer.release, key=_key)],
             lease_s=answer.lease_s,
             generation=answer.generation,
+            joined=answer.joined,
         )
 
     @router.delete(

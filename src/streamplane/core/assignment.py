@@ -333,6 +333,9 @@ class MemberAssignment:
     release: frozenset[WorkUnit]  # stop these, then hand them back in ``released=``
     lease_expiry: float
     generation: int
+    # This heartbeat admitted the member: it was unknown, or its lease had expired (it
+    # lost its units then, and any unit in work_units may have had another holder since).
+    joined: bool = False
 
 
 def initial_state(
@@ -365,7 +368,8 @@ def heartbeat(
 ) -> tuple[GroupState, MemberAssignment]:
     """Record a heartbeat of ``member_id`` at ``now`` and answer it.
 
-    An unknown member joins (so does a member whose lease had expired: it lost its units).
+    An unknown member joins (so does a member whose lease had expired: it lost its units);
+    the answer says so (``joined``).
     ``released`` hands units back: ones the member was asked to release (they move on to
     their target), or any other it holds (they are freed and placed again, possibly on the
     same member). Only units the member has stopped processing may be listed. Members
@@ -421,6 +425,7 @@ def heartbeat(
     draft = _Draft(state)
     draft.advance(now)
     member = draft.members.get(member_id)
+    joined = member is None
     if member is None:
         # Nothing has been granted yet: the lease starts at the end of this heartbeat.
         draft.members[member_id] = MemberState(member_id, load, now, now, frozenset(), frozenset())
@@ -441,7 +446,8 @@ def heartbeat(
     draft.settle(now, balance=now >= state.next_balance_at)
     draft.grant(member_id, now + config.lease_ttl_s)
     new_state = draft.freeze()
-    return new_state, assignment_of(new_state, member_id)
+    answer = assignment_of(new_state, member_id)
+    return new_state, replace(answer, joined=True) if joined else answer
 
 
 def restore(

@@ -50,6 +50,7 @@ class ControlPlane:
 
     def __init__(self, units: list[PartitionKey]) -> None:
         self.units = units
+        self.joined = False  # the answer says the member was admitted (again)
         self.error: Exception | None = None
         self.beats = 0
         self.stop = threading.Event()
@@ -64,6 +65,7 @@ class ControlPlane:
             "release": [],
             "lease_s": LEASE_S,
             "generation": self.beats,
+            "joined": self.joined,
         }
 
 
@@ -156,6 +158,38 @@ def test_a_single_member_keeps_its_buffered_records_once_the_heartbeat_answers(
         (p, o) for p in (0, 1) for o in range(10)
     ]
     assert not member.changed.is_set() and c.assignment() == [P0, P1]
+
+
+def test_units_given_back_after_the_lease_expired_are_read_afresh(
+    member_clock: Clock,
+) -> None:
+    """The control plane had expired the member (another one may have held its units and
+    committed past its buffer) and admits it again with both units: the buffered records
+    are dropped, not handed out, and the units are read afresh from their commits. They
+    used to look kept: the answer listed the units the member already held."""
+    cp = ControlPlane([P0, P1])
+    c, member, commits = member_of(cp)
+    first = c.poll_batch(4, 0)
+    for m in first:
+        m.ack()
+    member_clock.now += 6.0
+    assert c.poll_batch(100, 0) == []
+    cp.joined = True
+    beat(member)
+    assert c.poll_batch(100, 0) == []  # not the 16 stale records
+    assert c.assignment() == []  # both units are being loaded again
+    assert set(c._loading) == {P0, P1}
+    assert commits.committed == []  # the stale state is not committed
+    assert not member._released  # both are still ours
+    assert member.take_regranted() == frozenset()  # taken by the consumer
+
+
+def test_the_first_answer_admits_a_member_without_regranting(member_clock: Clock) -> None:
+    cp = ControlPlane([P0, P1])
+    cp.joined = True
+    member = GroupMembership(cp, "g", "s", ["default"], load=lambda: (0.0, 0.0, []))  # type: ignore[arg-type]
+    member._beat()
+    assert member.owned == {P0, P1} and member.take_regranted() == frozenset()
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -92,10 +93,20 @@ def settle(
 # -- table tests ----------------------------------------------------------------------
 
 
+def test_the_answer_says_when_a_heartbeat_admitted_the_member() -> None:
+    state = initial_state(AssignerConfig(lease_ttl_s=2.0), units(2))
+    state, a = heartbeat(state, "a", load(), now=0.0)
+    assert a.joined  # new
+    state, a = heartbeat(state, "a", load(), now=1.0)
+    assert not a.joined  # steady
+    state, a = heartbeat(state, "a", load(), now=5.0)  # its lease ran out at 3.0
+    assert a.joined and a.work_units == frozenset(units(2))  # admitted again: all free
+
+
 def test_first_member_takes_everything() -> None:
     state = initial_state(AssignerConfig(), units(8))
     state, answer = heartbeat(state, "a", load(), now=10.0)
-    assert answer == MemberAssignment(frozenset(units(8)), frozenset(), 12.0, 1)
+    assert answer == MemberAssignment(frozenset(units(8)), frozenset(), 12.0, 1, joined=True)
     assert invariant_violations(state) == []
 
 
@@ -170,9 +181,9 @@ def test_a_rejoining_member_after_expiry_starts_empty() -> None:
     state, _ = heartbeat(state, "a", load(), now=0.0)  # lease to 2.0
     state, _ = heartbeat(state, "b", load(), now=1.0)  # a is asked for two units
     state, b = heartbeat(state, "b", load(), now=2.5)  # a expired at 2.0
-    assert b.work_units == frozenset(units(4))
+    assert b.work_units == frozenset(units(4)) and not b.joined
     state, a = heartbeat(state, "a", load(), now=3.0)  # a comes back as a newcomer
-    assert a.work_units == frozenset()
+    assert a.work_units == frozenset() and a.joined
     assert len(assignment_of(state, "b").release) == 2
     assert invariant_violations(state) == []
 
@@ -501,6 +512,8 @@ def test_joining_member_takes_its_share_of_skewed_units(
 def test_heartbeat_answer_is_what_assignment_of_says() -> None:
     state = initial_state(AssignerConfig(), units(5))
     state, a = heartbeat(state, "a", load(), now=3.0)
+    assert assignment_of(state, "a") == replace(a, joined=False)  # the answer's own flag
+    state, a = heartbeat(state, "a", load(), now=4.0)
     assert assignment_of(state, "a") == a
     with pytest.raises(ConfigError):
         assignment_of(state, "nobody")
