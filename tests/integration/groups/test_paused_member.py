@@ -25,6 +25,63 @@ MEMBER_PROCESS = Path(__file__).parent / "timed_member_process.py"
 CONCURRENCY = 2  # timed_member_process.py's run
 
 
+class Members:
+    """A stream of 12,000 records on 4 partitions, and a group of member processes
+    (``timed_member_process.py``), each handling a record per ``delays[name]`` seconds
+    and writing what it handled to ``out[name]``."""
+
+    def __init__(
+        self, control_plane: Any, stream_factory: Any, tmp_path: Path, delays: dict[str, str]
+    ) -> None:
+        self.client = control_plane.client()
+        stream = stream_factory(cluster="local-a", partitions=4, lanes=("realtime",))
+        with StreamProducer(stream, self.client) as producer:
+            for i in range(12_000):
+                producer.send(str(i).encode(), key=str(i).encode())
+        self.group = f"g-{uuid.uuid4().hex[:6]}"
+        paths = [os.environ.get("PYTHONPATH", ""), str(Path(__file__).parents[3])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+        self.out = {name: tmp_path / f"{name}.txt" for name in delays}
+        self.procs = {
+            name: subprocess.Popen(
+                [sys.executable, str(MEMBER_PROCESS), control_plane.url, control_plane.token,
+                 stream, self.group, f"member-{name}", str(self.out[name]), delay],
+                env=env,
+            )
+            for name, delay in delays.items()
+        }  # fmt: skip
+
+    def owners(self) -> dict[str, set[str]]:
+        return owners(self.client, self.group)
+
+    def wait_until_shared(self, name: str) -> set[int]:
+        """Until every member holds units and ``name`` has handled 300 records: the
+        partitions ``name`` holds then."""
+
+        def shared() -> bool:
+            now = self.owners()
+            return all(now.get(f"member-{m}") for m in self.procs)
+
+        wait_for("the units shared by the members", shared, 30)
+        wait_for(f"member {name} handling records", lambda: self.count(name) >= 300, 30)
+        return {int(u.rsplit("/", 1)[1]) for u in self.owners()[f"member-{name}"]}
+
+    def count(self, name: str) -> int:
+        return len(handled(self.out[name]))
+
+    def stop(self) -> None:
+        """Continue (SIGCONT) and end every member still running."""
+        for p in self.procs.values():
+            p.send_signal(signal.SIGCONT)
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+
 def handled(path: Path) -> list[tuple[str, int, float]]:
     """(value, partition, when) of each record a member handled."""
     if not path.exists():
@@ -40,38 +97,13 @@ def handled(path: Path) -> list[tuple[str, int, float]]:
 def test_a_member_stopped_past_its_lease_does_not_hand_out_units_it_lost(
     control_plane: Any, stream_factory: Any, tmp_path: Path
 ) -> None:
-    client = control_plane.client()
-    stream = stream_factory(cluster="local-a", partitions=4, lanes=("realtime",))
-    total = 12_000
-    with StreamProducer(stream, client) as producer:
-        for i in range(total):
-            producer.send(str(i).encode(), key=str(i).encode())
-    group = f"g-{uuid.uuid4().hex[:6]}"
-    paths = [os.environ.get("PYTHONPATH", ""), str(Path(__file__).parents[3])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    out = {name: tmp_path / f"{name}.txt" for name in ("a", "b")}
     # b is slow (1 ms a record): its buffer is full of its units' backlog when it is
     # stopped. a is fast: through its own backlog, it handles b's units, from b's last
     # commit, while b is stopped.
-    delays = {"a": "0", "b": "0.001"}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, str(MEMBER_PROCESS), control_plane.url, control_plane.token,
-             stream, group, f"member-{name}", str(out[name]), delay],
-            env=env,
-        )
-        for name, delay in delays.items()
-    }  # fmt: skip
-    b = procs["b"]
+    members = Members(control_plane, stream_factory, tmp_path, {"a": "0", "b": "0.001"})
+    out, b = members.out, members.procs["b"]
     try:
-
-        def shared() -> bool:
-            now = owners(client, group)
-            return bool(now.get("member-a")) and bool(now.get("member-b"))
-
-        wait_for("the units shared by the two members", shared, 30)
-        wait_for("member b handling records", lambda: len(handled(out["b"])) >= 300, 30)
-        b_units = {int(u.rsplit("/", 1)[1]) for u in owners(client, group)["member-b"]}
+        b_units = members.wait_until_shared("b")
         os.kill(b.pid, signal.SIGSTOP)
         stopped_at = time.time()
         time.sleep(6)
@@ -79,15 +111,7 @@ def test_a_member_stopped_past_its_lease_does_not_hand_out_units_it_lost(
         continued_at = time.time()
         time.sleep(3)
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        members.stop()
     by_a = handled(out["a"])
     first_by_a: dict[str, float] = {}
     for value, _, when in by_a:
@@ -112,37 +136,12 @@ def test_units_given_back_to_a_member_whose_lease_expired_are_read_afresh(
     a leaves. When b continues, the control plane admits it again and gives it every
     unit, its old ones among them. b used to take those as kept and hand out its buffered
     records of them, which a had handled; it now reads them afresh from a's commits."""
-    client = control_plane.client()
-    stream = stream_factory(cluster="local-a", partitions=4, lanes=("realtime",))
-    total = 12_000
-    with StreamProducer(stream, client) as producer:
-        for i in range(total):
-            producer.send(str(i).encode(), key=str(i).encode())
-    group = f"g-{uuid.uuid4().hex[:6]}"
-    paths = [os.environ.get("PYTHONPATH", ""), str(Path(__file__).parents[3])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    out = {name: tmp_path / f"{name}.txt" for name in ("a", "b")}
     # a is a little slow too (0.2 ms a record), so that it is still working through b's
     # units when it leaves.
-    delays = {"a": "0.0002", "b": "0.001"}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, str(MEMBER_PROCESS), control_plane.url, control_plane.token,
-             stream, group, f"member-{name}", str(out[name]), delay],
-            env=env,
-        )
-        for name, delay in delays.items()
-    }  # fmt: skip
-    a, b = procs["a"], procs["b"]
+    members = Members(control_plane, stream_factory, tmp_path, {"a": "0.0002", "b": "0.001"})
+    out, a, b = members.out, members.procs["a"], members.procs["b"]
     try:
-
-        def shared() -> bool:
-            now = owners(client, group)
-            return bool(now.get("member-a")) and bool(now.get("member-b"))
-
-        wait_for("the units shared by the two members", shared, 30)
-        wait_for("member b handling records", lambda: len(handled(out["b"])) >= 300, 30)
-        b_units = {int(u.rsplit("/", 1)[1]) for u in owners(client, group)["member-b"]}
+        b_units = members.wait_until_shared("b")
         os.kill(b.pid, signal.SIGSTOP)
         stopped_at = time.time()
 
@@ -159,20 +158,12 @@ def test_units_given_back_to_a_member_whose_lease_expired_are_read_afresh(
         os.kill(b.pid, signal.SIGCONT)
         wait_for(
             "member b admitted again with every unit",
-            lambda: len(owners(client, group).get("member-b", ())) == 4,
+            lambda: len(members.owners().get("member-b", ())) == 4,
             30,
         )
         time.sleep(3)
     finally:
-        for p in procs.values():
-            p.send_signal(signal.SIGCONT)
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        members.stop()
     by_a = {v for v, _, _ in handled(out["a"])}
     taken_over = [v for v, p, when in handled(out["a"]) if p in b_units and when > stopped_at]
     after = [v for v, _, when in handled(out["b"]) if when >= left_at]
