@@ -267,6 +267,7 @@ def create_app(
     Actor = Annotated[str, Depends(require_token)]
 
     assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
+    failover_rt.leadership.add_listener(assigner.lead)
     app.state.assigner = assigner
 
     def saw_reader(stream: str, group: str, lanes: Sequence[str]) -> None:

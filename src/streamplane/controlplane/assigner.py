@@ -63,11 +63,16 @@ class AssignerService:
         self._leading = True
 
     def lead(self, leader: bool) -> None:
-        """Whether this replica leads, as of a request. Only the leader's Assigner
-        answers (two replicas each answering part of a group's members gave every member
-        every unit). A replica that becomes the leader starts as a restarted one does:
-        what it knew before is stale, so it forgets it and rebuilds each group from its
-        members' claims after a recovery window."""
+        """Whether this replica leads: told by the leadership at each change (and its
+        state at start: a replica that starts as a follower is not taken for a leader
+        since start), and as of each group request (a leader that has not renewed its
+        lease reads as a follower). Only the leader's Assigner answers (two replicas
+        each answering part of a group's members gave every member every unit). A
+        replica that becomes the leader starts as a restarted one does: what it knew
+        before is stale, so it forgets it and rebuilds each group from its members'
+        claims after a recovery window. Requests alone did not tell a follower: they
+        are forwarded to the leader before they reach the Assigner, so a promoted
+        follower skipped the window and moved units off live members at once."""
         with self._lock:
             if leader and not self._leading:
                 self._groups.clear()

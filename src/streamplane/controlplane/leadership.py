@@ -21,7 +21,9 @@ twice or race to seal a segment.
   again it does not act on leadership it has lost while its next check is under way.
 
 Becoming the leader and stepping down are each logged in one line (``serve`` shows the
-``streamplane`` loggers at its ``--log-level``).
+``streamplane`` loggers at its ``--log-level``), and told to the listeners
+(``add_listener``): the Assigner, which must not go on from what it knew as an earlier
+leader, and must not mistake a promoted follower for the leader it was at start.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Leadership(Protocol):
     @property
     def is_leader(self) -> bool: ...
 
+    def add_listener(self, listener: Callable[[bool], None]) -> None:
+        """``listener(is_leader)`` now, and at each change (gained or lost)."""
+        ...
+
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
@@ -57,6 +63,9 @@ class SingleReplica:
     """Always the leader (SQLite: one replica per database file)."""
 
     is_leader = True
+
+    def add_listener(self, listener: Callable[[bool], None]) -> None:
+        listener(True)  # it never changes
 
     def start(self) -> None:
         log.info("this replica is the leader (a single replica: SQLite, one per database file)")
@@ -103,12 +112,17 @@ class AdvisoryLockLeadership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0  # how many times leadership was gained or lost (for tests)
+        self._listeners: list[Callable[[bool], None]] = []
 
     @property
     def is_leader(self) -> bool:
         """Holding the lock, as confirmed within the lease (a leader that was not running
         for longer may have lost it)."""
         return self._leader and self._clock() - self._renewed_at < self._lease
+
+    def add_listener(self, listener: Callable[[bool], None]) -> None:
+        self._listeners.append(listener)
+        listener(self._leader)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -163,6 +177,11 @@ class AdvisoryLockLeadership:
                 )
             else:
                 log.info("this replica is a follower")
+            for listener in self._listeners:
+                try:
+                    listener(leader)
+                except Exception:
+                    log.exception("a leadership listener failed")
 
     def _release(self) -> None:
         if self._conn is not None and self._leader:
