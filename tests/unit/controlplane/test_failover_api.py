@@ -6,7 +6,7 @@ driven one round at a time (``seal_and_retire_once``, ``probe_once``), with a fa
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from unittest import mock
@@ -600,6 +600,9 @@ def test_follower_does_nothing(
 ) -> None:
     class Follower:
         is_leader = False
+
+        def add_listener(self, listener: Callable[[bool], None]) -> None:
+            listener(False)
 
         def start(self) -> None: ...
 
