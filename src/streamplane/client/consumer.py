@@ -30,6 +30,11 @@
   memory stays bounded, and so does the commit state (its holes are unsettled
   records). A record stuck at the low watermark does not pause the partition by
   itself: newer records keep flowing and are settled above it.
+- The partitions of a lane take turns (``_take_turns``): a fetching client hands out
+  what it prefetched first in, first out, up to ``max.partition.fetch.bytes`` (1 MiB)
+  of a partition at a time, so a member slower than its backlog read one partition at
+  a time. A partition it has handed out alone for ``_TURN_S`` while it holds records
+  of another is sent to the back of its queue.
 """
 
 from __future__ import annotations
@@ -81,7 +86,18 @@ _MAX_BATCH = 500
 _BATCH_BUDGET_S = 0.05
 # The load reported to the Assigner is smoothed with this time constant (seconds).
 _LOAD_SMOOTHING_S = 5.0
-_STATS_INTERVAL_MS = 2000  # the fetching clients' statistics: partition watermarks
+_STATS_INTERVAL_MS = 2000  # the fetching clients' statistics: watermarks, prefetched records
+# A partition a fetching client has handed out alone for this long, while it holds
+# records of another partition of its lane, goes to the back of the client's queue
+# (``_take_turns``). A client hands out up to 1 MiB (``max.partition.fetch.bytes``) of
+# a partition at a time: a member that handles such a run in less than this sends no
+# partition back (nothing is fetched twice); a slower one gives each partition turns
+# of about this long, or of one fetch (``fetch_batch`` records) if that takes longer
+# to handle (the first turn, two: the client's statistics, which tell that others
+# wait, come with a fetch). Each turn costs the broker a second read of what the
+# client had prefetched of the partition (up to its part of librdkafka's queue, 64 MiB
+# by default).
+_TURN_S = 2.0
 
 # Records taken from the Kafka client at a time (each becomes a tracked Python object
 # here, and a StreamMessage when handed out). Kept under CPython's young-generation
@@ -471,7 +487,13 @@ class StreamConsumer:
         # The fetching clients, one per (cluster, lane priority); and as _fetch polls
         # them: the highest lane last (the one waited on when nothing else came).
         self._consumers: dict[tuple[str, int], Consumer] = {}
-        self._fetch_order: list[tuple[str, Consumer]] = []
+        self._fetch_order: list[tuple[tuple[str, int], Consumer]] = []
+        # Turns (``_take_turns``): per fetching client, the partition whose records it
+        # has handed out alone, and since when; the partitions the clients held records
+        # of that we had not taken, at their last statistics (``_on_stats``), with our
+        # next offset of each then.
+        self._streaks: dict[tuple[str, int], tuple[PartitionState, float]] = {}
+        self._prefetched: dict[PartitionState, int | None] = {}
         self._bootstraps: dict[str, str] = {}
         self._commit_stores: dict[str, CommitStore] = {}
         self._commit_clients: dict[str, Consumer] = {}  # the stores' clients, by cluster
@@ -656,12 +678,13 @@ class StreamConsumer:
         if c is None:
             self._commit_store(cluster)
             config = self._client_config(cluster)
-            if self._use_assigner:  # the backlog the Assigner is told (_backlog)
-                config["statistics.interval.ms"] = _STATS_INTERVAL_MS
-                config["stats_cb"] = functools.partial(self._on_stats, cluster)
+            # Its statistics: the backlog the Assigner is told (_backlog), and the
+            # records it holds prefetched (_take_turns).
+            config["statistics.interval.ms"] = _STATS_INTERVAL_MS
+            config["stats_cb"] = functools.partial(self._on_stats, cluster)
             c = self._consumers[cluster, priority] = Consumer(config)
             by_lane = sorted(self._consumers.items(), key=lambda item: -item[0][1])
-            self._fetch_order = [(fetcher[0], client) for fetcher, client in by_lane]
+            self._fetch_order = by_lane
         return c
 
     def _commit_store(self, cluster: str) -> CommitStore:
@@ -1109,7 +1132,8 @@ class StreamConsumer:
             time.sleep(timeout)
             return
         got_any = False
-        for i, (cluster, consumer) in enumerate(consumers):
+        for i, (fetcher, consumer) in enumerate(consumers):
+            cluster = fetcher[0]
             wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
             try:
                 batch = consume_available(consumer, self.fetch_batch, wait)
@@ -1120,6 +1144,8 @@ class StreamConsumer:
                 got_any = True
                 METRICS.fetch_latency_of(self.stream, cluster, batch[0])  # metrics
                 self._accept(cluster, batch)
+            else:  # it held nothing: no partition is handed out alone while others wait
+                self._streaks.pop(fetcher, None)
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:
         """Buffer a fetched batch: it comes in runs of one partition, recorded in the
@@ -1148,8 +1174,14 @@ class StreamConsumer:
                 run.append(m)
         if not runs:
             return
+        now = time.monotonic()
+        streaks = self._streaks
         with self._lock:
             for state, messages in runs:
+                fetcher = (cluster, state.priority)
+                streak = streaks.get(fetcher)
+                if streak is None or streak[0] is not state:
+                    streaks[fetcher] = (state, now)  # the client hands out another partition
                 first: int = messages[0].offset()  # type: ignore[assignment]
                 timestamps = [m.timestamp()[1] for m in messages]
                 # Consecutive offsets (they only go up within a partition) are recorded
@@ -1171,20 +1203,23 @@ class StreamConsumer:
     def _flow_control(self) -> None:
         """Pause lanes whose buffer is full, partitions whose in-flight window is, and,
         once a lane's buffer is half full, its partitions holding more than their share
-        of it.
+        of it; send a partition handed out alone too long to the back of its fetching
+        client's queue (``_take_turns``).
 
         The share: a lane's buffer refills from the head of the fetched records, one
         partition's run of them at a time (a fetch holds up to
         ``max.partition.fetch.bytes`` of each), so without it one partition took every
-        slot that freed up: a member handling 50 records/s with a backlog read one
-        partition at a time, another waiting 5.5 minutes for its first record. Paused,
-        the partition's fetched records are let go (librdkafka purges them) and the
-        others' come in; below half full, every partition reads freely."""
+        slot that freed up. Paused, the partition's fetched records are let go
+        (librdkafka purges them) and the others' come in; below half full, every
+        partition reads freely. The buffer is refilled only once nearly empty, a fetch of
+        ``fetch_batch`` records at a time, so it is seldom half full: the records wait in
+        the fetching client's queue, and the turns are what share it."""
         to_pause: dict[tuple[str, int], list[TopicPartition]] = {}
         to_resume: dict[tuple[str, int], list[TopicPartition]] = {}
         limit = self.max_buffered_per_lane
         with self._lock:
             self._apply_acks()
+            turning = self._take_turns(time.monotonic())
             sharing: dict[int, int] = {}  # partitions per lane priority
             for state in self._states.values():
                 sharing[state.priority] = sharing.get(state.priority, 0) + 1
@@ -1194,7 +1229,7 @@ class StreamConsumer:
                 share_over = state.in_flight * sharing[state.priority] > limit
                 crowding = 2 * buffered >= limit and share_over
                 window = state.in_flight >= self.max_in_flight  # acks applied just above
-                want_paused = full or crowding or window
+                want_paused = full or crowding or window or state in turning
                 if want_paused != state.paused:
                     state.paused = want_paused
                     k = state.key
@@ -1206,6 +1241,49 @@ class StreamConsumer:
             self._consumers[fetcher].pause(tps)
         for fetcher, tps in to_resume.items():
             self._consumers[fetcher].resume(tps)
+
+    def _take_turns(self, now: float) -> set[PartitionState]:
+        """The partitions to send to the back of their fetching client's queue now:
+        paused by this flow control (librdkafka drops what it prefetched of them),
+        resumed by the next (fetched again from where we are, behind the records the
+        client holds of the others). Hold the lock.
+
+        A client hands out what it prefetched first in, first out, each partition's in
+        runs of up to ``max.partition.fetch.bytes`` (1 MiB: thousands of records), and
+        prefetches the whole backlog (up to 64 MiB) when the member is slower. A member
+        handling ~50 records/s read one partition at a time: one of 4 had no record
+        handled for 5.5 minutes. A partition's turn ends once the client has handed
+        out its records alone for ``_TURN_S`` while it holds records of another
+        partition of the lane that we have not taken since its last statistics
+        (``_on_stats``: fetched past our position; a paused partition's are dropped)."""
+        turning: set[PartitionState] = set()  # those of the last flow control resume
+        prefetched = self._prefetched
+        for fetcher, (hog, since) in list(self._streaks.items()):
+            if hog.revoked:
+                del self._streaks[fetcher]
+                continue
+            if now - since < _TURN_S or hog.paused:
+                continue
+            for other, seen in prefetched.items():
+                if (
+                    other is not hog
+                    and other.priority == hog.priority
+                    and other.key.cluster == hog.key.cluster
+                    and other.next_fetch == seen  # none of it taken since
+                    and not other.paused
+                    and not other.revoked
+                ):
+                    turning.add(hog)
+                    del self._streaks[fetcher]  # the next records start a new one
+                    log.debug(
+                        "%s: %s handed out alone for %.1f s while %s waits: to the back",
+                        self.stream,
+                        hog.key,
+                        now - since,
+                        other.key,
+                    )
+                    break
+        return turning
 
     # ------------------------------------------------------------------ settling
     def _apply_acks(self) -> None:
@@ -1575,17 +1653,34 @@ class StreamConsumer:
 
     def _on_stats(self, cluster: str, stats_json: str) -> None:
         """librdkafka's statistics of a fetching client (in the consuming thread, from
-        consume()): each partition's watermarks, for ``_backlog``."""
+        consume()): each partition's watermarks, for ``_backlog``, and whether the
+        client holds records of it that we have not taken, for ``_take_turns``."""
         try:
             topics = json.loads(stats_json).get("topics", {})
         except ValueError:
             return
         states = self._states_by_cluster.get(cluster, {})
+        prefetched = self._prefetched
+        for gone in [s for s in prefetched if s.revoked]:
+            del prefetched[gone]
         for topic, doc in topics.items():
             for partition, p in doc.get("partitions", {}).items():
                 state = states.get((topic, int(partition)))
-                if state is not None and p.get("hi_offset", -1) >= 0:
+                if state is None:
+                    continue
+                if p.get("hi_offset", -1) >= 0:
                     state.watermarks = (p.get("lo_offset", -1), p["hi_offset"])
+                # What we took of it (librdkafka's application offset; before our first
+                # record of it, where we started), and where its next fetch starts.
+                taken = p.get("app_offset", -1)
+                if taken < 0:
+                    taken = state.next_fetch if state.next_fetch is not None else state.base
+                    if taken is None:
+                        taken = p.get("lo_offset", -1)
+                if 0 <= taken < p.get("next_offset", -1):
+                    prefetched[state] = state.next_fetch
+                else:
+                    prefetched.pop(state, None)
 
     # ------------------------------------------------------------------ introspection
     @property
