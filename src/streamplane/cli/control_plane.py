@@ -6,7 +6,7 @@ import errno
 import socket
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -161,6 +161,13 @@ _OPTION_OF = {
     help="Seconds a retired segment is watched for records written after its retirement "
     "(they reopen it and are read); then its topic is fenced: it refuses writes.",
 )
+@click.option(
+    "--lag-snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the lag monitor keeps its snapshots. Default: lag/ beside a SQLite "
+    "database; else .streamplane/lag/<host>-<port> of --advertise-url (one per replica).",
+)
 def serve(
     db_url: str,
     host: str,
@@ -181,6 +188,7 @@ def serve(
     leader_lease: float,
     reader_retention: float,
     retired_watch: float,
+    lag_snapshot_dir: Path | None,
 ) -> None:
     """Serve the control-plane HTTP API until interrupted."""
     # Imported here so that the other commands start without FastAPI and SQLAlchemy.
@@ -217,7 +225,11 @@ def serve(
             retired_watch=retired_watch,
         )
         settings = ControlPlaneSettings(
-            db_url=db_url, api_token=token, failover=failover, lease_ttl_s=lease_ttl
+            db_url=db_url,
+            api_token=token,
+            failover=failover,
+            lease_ttl_s=lease_ttl,
+            lag_snapshot_dir=None if lag_snapshot_dir is None else str(lag_snapshot_dir),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -246,7 +258,11 @@ def serve(
                 settings = settings.model_copy(update={"failover": advertised})
             app = create_app(settings, service)
             config = uvicorn.Config(
-                app, log_level=log_level, access_log=access_log, timeout_graceful_shutdown=5
+                app,
+                log_level=log_level,
+                access_log=access_log,
+                log_config=_uvicorn_log_config(),
+                timeout_graceful_shutdown=5,
             )
             server = _server(config, app.state.hub)
             bound_host, bound_port = sock.getsockname()[:2]
@@ -261,6 +277,25 @@ def serve(
             db_lock.close()
 
 
+# Every line of `serve`'s log starts with its local time, milliseconds included:
+# 2025-01-31 02:41:29.769 WARNING:  database ... unavailable: ...
+LOG_TIME = "%(asctime)s.%(msecs)03d "
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def _uvicorn_log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration, its lines stamped with the time as ours."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for formatter in config["formatters"].values():
+        formatter["fmt"] = LOG_TIME + formatter["fmt"]
+        formatter["datefmt"] = LOG_DATE_FORMAT
+    return config
+
+
 def _log_to_stderr(log_level: str) -> None:
     """The control plane's own log lines (leadership, database outages, sealing...) on
     stderr beside uvicorn's, in its format and at ``--log-level``; without this only
@@ -273,7 +308,11 @@ def _log_to_stderr(log_level: str) -> None:
     logger.setLevel(log_level.upper())
     if not any(getattr(h, "_streamplane_serve", False) for h in logger.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s", use_colors=False))
+        handler.setFormatter(
+            DefaultFormatter(
+                LOG_TIME + "%(levelprefix)s %(message)s", LOG_DATE_FORMAT, use_colors=False
+            )
+        )
         handler._streamplane_serve = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
 

@@ -52,7 +52,7 @@ from streamplane.controlplane.schemas import (
     StreamOut,
 )
 from streamplane.controlplane.service import ControlPlaneService, parse_tag_filter
-from streamplane.controlplane.store import Store, unavailable_reason
+from streamplane.controlplane.store import Store, error_line, is_outage, unavailable_reason
 from streamplane.controlplane.tags_api import tags_router
 from streamplane.controlplane.watch import WatchHub
 from streamplane.core.assignment import AssignerConfig
@@ -274,7 +274,10 @@ def create_app(
         try:
             failover_rt.store.saw_reader(stream, group, lanes)
         except sa.exc.SQLAlchemyError as exc:  # the heartbeat is answered anyway
-            log.warning("could not record group %s reading %s: %s", group, stream, exc)
+            if not is_outage(exc):  # an outage: the store's one warning says it
+                log.warning(
+                    "could not record group %s reading %s: %s", group, stream, error_line(exc)
+                )
 
     app.include_router(
         groups_router(assigner, require_token, _errors, lambda: failover_rt.is_leader, saw_reader)

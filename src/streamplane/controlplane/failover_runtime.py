@@ -37,7 +37,7 @@ from streamplane.controlplane.cluster_io import FENCED_TOPIC_CONFIG, ClusterIO, 
 from streamplane.controlplane.failover_store import FailoverStore, HealthRecord
 from streamplane.controlplane.leadership import DEFAULT_LEASE_S, Leadership, leadership_for
 from streamplane.controlplane.service import ControlPlaneService
-from streamplane.controlplane.store import AuditEntry, utcnow
+from streamplane.controlplane.store import AuditEntry, error_line, is_outage, utcnow
 from streamplane.core.failover import (
     ClusterHealth,
     HealthState,
@@ -241,7 +241,7 @@ class FailoverRuntime:
                 self.store.publish_leader(self.replica, url)
                 published_at = now
             except Exception as exc:
-                log.warning("publishing the leader's URL failed: %s", _describe(exc))
+                _warn("publishing the leader's URL failed: %s", exc)
 
     def leader_url(self) -> str | None:
         """Where the leader answers, as it published it (cached for a second); None when
@@ -310,7 +310,7 @@ class FailoverRuntime:
                         if not t.is_alive():
                             del self._probers[name]
             except Exception as exc:
-                log.warning("health loop: %s", exc)
+                _warn("health loop: %s", exc)
             self._stop.wait(self.settings.health_interval)
 
     def _probe_loop(self, name: str) -> None:
@@ -327,7 +327,7 @@ class FailoverRuntime:
                     self._health.pop(name, None)
                 return
             except Exception as exc:  # the store is down: try again
-                log.warning("health of %s: %s", name, exc)
+                _warn("health of %s: %s", exc, name)
             elapsed = self._clock() - started
             self._stop.wait(max(0.0, self.settings.health_interval - elapsed))
 
@@ -374,7 +374,7 @@ class FailoverRuntime:
         try:
             self.store.save_health(name, state.health.value, since, state.last_error, self.replica)
         except Exception as exc:
-            log.warning("saving the health of %s failed: %s", name, exc)
+            _warn("saving the health of %s failed: %s", exc, name)
 
     def _audit_health(self, name: str, state: HealthState) -> None:
         detail = {"cluster": name, "health": state.health.value, "error": state.last_error}
@@ -383,7 +383,7 @@ class FailoverRuntime:
                 AuditEntry("health", f"cluster.{state.health.value}", None, detail)
             )
         except Exception as exc:
-            log.warning("audit of %s's health failed: %s", name, exc)
+            _warn("audit of %s's health failed: %s", exc, name)
 
     def _fail_over_cluster(self, failed: str, state: HealthState) -> None:
         """Move every lane whose active segment is on ``failed`` (dlq included)."""
@@ -419,7 +419,7 @@ class FailoverRuntime:
                     exc,
                 )
             except Exception as exc:
-                log.warning("automatic failover of %s off %s failed: %s", stream, failed, exc)
+                _warn("automatic failover of %s off %s failed: %s", exc, stream, failed)
 
     # ------------------------------------------------------------------ sealer
     def _sealer_loop(self) -> None:
@@ -429,7 +429,7 @@ class FailoverRuntime:
             try:
                 self.seal_and_retire_once()
             except Exception as exc:
-                log.warning("sealer: %s", _describe(exc))
+                _warn("sealer: %s", exc)
 
     def seal_and_retire_once(self, now: float | None = None) -> None:
         """One round of the sealer (also called directly by tests)."""
@@ -438,7 +438,7 @@ class FailoverRuntime:
             try:
                 self._seal_and_retire_stream(stream, mono)
             except Exception as exc:  # one stream's trouble must not hold up the others
-                log.warning("sealer, stream %s: %s", stream, _describe(exc))
+                _warn("sealer, stream %s: %s", exc, stream)
         if mono - self._last_watch_check >= self.settings.retire_interval:
             self._last_watch_check = mono
             self._watch_retired()
@@ -672,6 +672,15 @@ def _active_cluster(table: RoutingTable, lane: str) -> str | None:
 
 
 def _describe(exc: BaseException) -> str:
-    """An exception for a log line: its message, or its type when it has none (a
-    timeout's message is empty)."""
-    return str(exc) or type(exc).__name__
+    """An exception for a log line: one line, its message (a database error's without
+    SQLAlchemy's statement text), or its type when it has none (a timeout's message is
+    empty)."""
+    return error_line(exc)
+
+
+def _warn(msg: str, exc: BaseException, *args: object) -> None:
+    """A background loop's failure, in one line (``msg``'s last %s is the error); none
+    for a database outage: the store logs one warning when it starts and one when it
+    ends, not one per loop and round."""
+    if not is_outage(exc):
+        log.warning(msg, *args, _describe(exc))

@@ -5,7 +5,8 @@
 
 - the ``LagMonitor`` over the store's clusters and routing tables (started when
   ``settings.lag_monitor`` is true; its snapshots go to ``settings.lag_snapshot_dir``,
-  by default a ``lag/`` directory next to a SQLite store, else ``.streamplane/lag``);
+  by default a ``lag/`` directory next to a SQLite store, else
+  ``.streamplane/lag/<host>-<port>`` of the replica's advertised URL);
 - the app's own Prometheus registry (lag families built at scrape time, HTTP request
   counters), served at ``/metrics``;
 - the request counter, installed around the app's ASGI stack at start-up (so every
@@ -35,9 +36,14 @@ With the monitor off every lag list is empty (and history is 404).
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.
 import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
+import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
@@ -47,7 +53,7 @@ from streamplane.controlplane.dashboard import router as dashboard_router
 from streamplane.controlplane.metrics import RequestMetrics, new_registry
 from streamplane.controlplane.schemas import STREAM_NAME_PATTERN, ErrorResponse
 from streamplane.controlplane.service import ControlPlaneService
-from streamplane.controlplane.store import Store
+from streamplane.controlplane.store import Store, error_line, is_outage
 from streamplane.core.routing import RoutingTable, validate_stream_name
 from streamplane.exceptions import NotFound
 from streamplane.lag.monitor import (
@@ -55,6 +61,7 @@ from streamplane.lag.monitor import (
     LabelledLag,
     LagMonitor,
     MonitorSettings,
+    TopologyUnavailable,
     summarize,
 )
 from streamplane.lag.reader import ReaderStatus
@@ -65,33 +72,70 @@ __all__ = ["LagPlane", "StoreTopology", "lag_router", "start_lag_plane"]
 
 
 class StoreTopology:
-    """The control plane's store as the monitor's ``Topology``."""
+    """The control plane's store as the monitor's ``Topology``. A database outage is
+    ``TopologyUnavailable`` (the store logs it once); other database errors are one
+    line without the statement."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
 
     def clusters(self) -> dict[str, str]:
-        return {c.name: c.bootstrap for c in self._store.list_clusters()}
+        with _reading():
+            return {c.name: c.bootstrap for c in self._store.list_clusters()}
 
     def routing_tables(self) -> list[RoutingTable]:
         tables = []
-        for s in self._store.list_streams():
-            try:
-                tables.append(self._store.routing(s.name))
-            except NotFound:
-                continue  # deleted meanwhile
+        with _reading():
+            for s in self._store.list_streams():
+                try:
+                    tables.append(self._store.routing(s.name))
+                except NotFound:
+                    continue  # deleted meanwhile
         return tables
 
 
-def default_snapshot_dir(db_url: str) -> Path:
-    """``lag/`` next to a SQLite database file, else ``.streamplane/lag``."""
+@contextmanager
+def _reading() -> Iterator[None]:
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as exc:
+        if is_outage(exc):
+            raise TopologyUnavailable(error_line(exc)) from exc
+        raise RuntimeError(error_line(exc)) from exc
+
+
+def default_snapshot_dir(db_url: str, replica_url: str | None = None) -> Path:
+    """``lag/`` next to a SQLite database file (one replica per file); for another
+    database (several replicas share it) ``.streamplane/lag/<host>-<port>``, by the
+    replica's advertised URL: replicas started from one directory each keep their own
+    snapshots (they overwrote each other's in ``.streamplane/lag``)."""
+    base = Path(".streamplane") / "lag"
     try:
         url = make_url(db_url)
     except Exception:
-        return Path(".streamplane") / "lag"
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        url = None
+    if (
+        url is not None
+        and url.get_backend_name() == "sqlite"
+        and url.database not in (None, "", ":memory:")
+    ):
         return Path(str(url.database)).parent / "lag"
-    return Path(".streamplane") / "lag"
+    replica = _replica_dir_name(replica_url)
+    return base / replica if replica else base
+
+
+def _replica_dir_name(replica_url: str | None) -> str | None:
+    """``http://127.0.0.1:21101`` -> ``127.0.0.1-21101`` (None without a URL)."""
+    if not replica_url:
+        return None
+    parts = urlsplit(replica_url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname or replica_url
+    name = f"{host}-{port}" if port is not None else host
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".") or None
 
 
 class LagPlane:
@@ -130,7 +174,11 @@ def start_lag_plane(app: FastAPI, settings: Any, service: ControlPlaneService) -
     plane.install_request_metrics(app)
     if getattr(settings, "lag_monitor", False) and plane.monitor is None:
         configured = getattr(settings, "lag_snapshot_dir", None)
-        snapshot_dir = Path(configured) if configured else default_snapshot_dir(settings.db_url)
+        failover = getattr(settings, "failover", None)
+        replica_url = getattr(failover, "advertise_url", None)
+        snapshot_dir = (
+            Path(configured) if configured else default_snapshot_dir(settings.db_url, replica_url)
+        )
         plane.monitor = LagMonitor(
             StoreTopology(service.store), MonitorSettings(snapshot_dir=snapshot_dir)
         )

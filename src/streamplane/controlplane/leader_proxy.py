@@ -79,7 +79,12 @@ class LeaderProxy:
                 headers=headers,
             )
         except httpx.HTTPError as exc:
-            log.warning("forwarding %s to the leader at %s failed: %s", request.url.path, url, exc)
+            # A timeout's message is empty: name the exception, always.
+            text = " ".join(str(exc).split())
+            reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            log.warning(
+                "forwarding %s to the leader at %s failed: %s", request.url.path, url, reason
+            )
             return _unavailable(f"the leader at {url} does not answer ({type(exc).__name__})")
         passed = {
             k: v

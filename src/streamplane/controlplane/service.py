@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -82,6 +83,22 @@ _BAD_REQUEST_CODES = frozenset(
     }
 )
 _TOPIC_GONE_CODES = frozenset({"UNKNOWN_TOPIC_OR_PART", "UNKNOWN_TOPIC_ID"})
+# A topic another attempt has just created answers these until its partitions have
+# leaders (and the metadata has spread): describing it is tried again meanwhile.
+_NOT_OPEN_YET_CODES = frozenset(
+    {
+        "_NOENT",
+        "_UNKNOWN_PARTITION",
+        "_UNKNOWN_TOPIC",
+        "UNKNOWN_TOPIC_OR_PART",
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "UNKNOWN_LEADER_EPOCH",
+    }
+)
+# How long a topic found existing may take to answer like that (a just-created topic's
+# leaders are elected within a second or two).
+EXISTING_TOPIC_WAIT_S = 5.0
 
 
 class TopicAdmin(Protocol):
@@ -413,7 +430,14 @@ class ControlPlaneService:
             wanted = [
                 (s.topic, s.partitions, spec.replication_factor, configs) for s in table.segments
             ]
-            created = self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
+            try:
+                created = self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
+            except (KafkaError, Conflict):
+                # As in failover: another replica creating the stream at once made the
+                # topics and saved first.
+                if spec.name in self.store.stream_epochs([spec.name]):
+                    raise Conflict(f"stream {spec.name!r} already exists") from None
+                raise
             record = StreamRecord(
                 name=spec.name,
                 lanes=table.lanes,
@@ -518,7 +542,14 @@ class ControlPlaneService:
                 for s in new.segments
                 if s.epoch == new.epoch
             ]
-            created = self._create_topics(target, wanted, f"stream {name!r} not moved")
+            try:
+                created = self._create_topics(target, wanted, f"stream {name!r} not moved")
+            except (KafkaError, Conflict):
+                # Trouble with a topic of the new epoch is usually another replica's
+                # failover of the stream, saved meanwhile (it made the topics): the
+                # stream moved on, that is the answer (409), not the topic's trouble.
+                self._raise_if_moved(name, table.epoch)
+                raise
             detail = {
                 "from_epoch": table.epoch,
                 "to_epoch": new.epoch,
@@ -625,8 +656,7 @@ class ControlPlaneService:
             if error is None or error.code != "TOPIC_ALREADY_EXISTS":
                 continue
             try:
-                found = admin.describe_topic(topic, timeout=self._kafka_timeout)
-                ends = admin.end_offsets(topic, timeout=self._kafka_timeout)
+                found, ends = self._describe_existing(admin, topic)
             except KafkaError as exc:
                 failed[topic] = KafkaError(
                     f"topic {topic} exists already and could not be described: {exc}",
@@ -663,6 +693,34 @@ class ControlPlaneService:
         if err.code in _BAD_REQUEST_CODES:
             raise ConfigError(message)
         raise KafkaError(message, code=err.code, retriable=err.retriable, fatal=err.fatal)
+
+    def _describe_existing(
+        self, admin: TopicAdmin, topic: str
+    ) -> tuple[TopicDescription, dict[int, int]]:
+        """A topic found existing, and its end offsets; tried again for a few seconds
+        while it answers as a topic just created (by another replica's attempt: its
+        partitions' leaders not elected yet, "Not leader for partition")."""
+        deadline = time.monotonic() + min(EXISTING_TOPIC_WAIT_S, self._kafka_timeout)
+        while True:
+            try:
+                found = admin.describe_topic(topic, timeout=self._kafka_timeout)
+                return found, admin.end_offsets(topic, timeout=self._kafka_timeout)
+            except KafkaError as exc:
+                if exc.code not in _NOT_OPEN_YET_CODES or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
+
+    def _raise_if_moved(self, name: str, from_epoch: int) -> None:
+        """``Conflict`` if stream ``name`` is no longer at ``from_epoch`` (``NotFound``
+        if it was deleted meanwhile)."""
+        epoch = self.store.stream_epochs([name]).get(name)
+        if epoch is None:
+            raise NotFound(f"unknown stream {name!r}")
+        if epoch != from_epoch:
+            raise Conflict(
+                f"stream {name!r} moved on to epoch {epoch} while this change was prepared "
+                f"from epoch {from_epoch}: retry"
+            )
 
     def _drop_unsaved(self, cluster: ClusterRecord, stream: str, created: list[str]) -> None:
         """After a failed save: delete the topics this attempt created, except those the

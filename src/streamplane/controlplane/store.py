@@ -20,6 +20,7 @@ service does that with ``streamplane.core.routing``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -211,8 +212,70 @@ def display_url(url: str) -> str:
         return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
 
 
-def _engine(url: str) -> Engine:
+# How long a round trip to PostgreSQL (a statement, a commit, a connection attempt) may
+# wait for its answer before the database counts as unavailable (503). A server that
+# refuses or drops connections fails at once; a frozen one (a stopped process, a hung
+# host) whose kernel still acknowledges the packets never answers: neither libpq's
+# connect_timeout after connecting, nor a server-side statement_timeout, nor TCP
+# keepalives (acknowledged too) end that wait, so the client ends it itself.
+DEFAULT_ANSWER_TIMEOUT_S = 3.0
+
+
+def _bounded_connection_class(answer_timeout_s: float) -> type[Any]:
+    """A psycopg connection class whose every round trip gives up after
+    ``answer_timeout_s``: the connection is closed (it is mid-statement: unusable; the
+    pool discards it) and ``psycopg.OperationalError("did not answer in N s")`` raised,
+    which SQLAlchemy reports as a lost connection, and the app as a 503."""
+    import psycopg
+
+    class BoundedConnection(psycopg.Connection[Any]):
+        limit_s: float | None = None  # None while migrating (lock waits may be long)
+
+        def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+            limit = self.limit_s
+            if timeout is not None or limit is None:
+                return super().wait(gen, interval=interval, timeout=timeout)
+            try:
+                return super().wait(gen, interval=interval, timeout=limit)
+            except psycopg.OperationalError as exc:
+                # psycopg's own timeout error (errors._WaitTimeout) is private: any
+                # OperationalError raised after the limit passed on a live connection is it.
+                if type(exc).__name__ != "_WaitTimeout":
+                    raise
+                self.pgconn.finish()  # psycopg's lock is held: not self.close()
+                raise psycopg.OperationalError(f"did not answer in {limit:g} s") from None
+
+    BoundedConnection.limit_s = answer_timeout_s
+    return BoundedConnection
+
+
+def bound_postgresql_answers(engine: Engine, answer_timeout_s: float) -> type[Any]:
+    """Connect ``engine``'s PostgreSQL connections through a bounded connection class
+    (connect_timeout too, unless the URL sets one). Returns the class (its ``limit_s``
+    can be lifted, as while migrating)."""
+    import psycopg
+
+    conn_class = _bounded_connection_class(answer_timeout_s)
+    connect_timeout = max(2, math.ceil(answer_timeout_s))  # libpq's minimum: 2 s
+
+    @sa.event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        cparams.setdefault("connect_timeout", connect_timeout)
+        try:
+            return conn_class.connect(*cargs, **cparams)
+        except psycopg.errors.ConnectionTimeout:
+            raise psycopg.OperationalError(
+                f"did not answer in {cparams['connect_timeout']} s (connecting)"
+            ) from None
+
+    return conn_class
+
+
+def _engine(url: str, answer_timeout_s: float | None) -> tuple[Engine, type[Any] | None]:
+    """The engine, and for PostgreSQL the bounded connection class (see
+    ``bound_postgresql_answers``) its connections are made of."""
     shown = display_url(url)
+    bounded: type[Any] | None = None
     parsed = _parse_url(url)
     backend = parsed.get_backend_name()
     is_sqlite = backend == "sqlite"
@@ -225,8 +288,12 @@ def _engine(url: str) -> Engine:
         )
     if is_sqlite and parsed.database:
         make_database_dir(Path(parsed.database), shown)
+    options: dict[str, Any] = {}
+    if backend == "postgresql" and answer_timeout_s is not None:
+        # Requests wait no longer for a pooled connection than for an answer.
+        options["pool_timeout"] = answer_timeout_s
     try:
-        engine = sa.create_engine(parsed)
+        engine = sa.create_engine(parsed, **options)
     except (sa.exc.NoSuchModuleError, ModuleNotFoundError) as exc:
         raise ConfigError(
             f"database URL {shown!r}: driver not installed ({exc}); "
@@ -242,6 +309,8 @@ def _engine(url: str) -> Engine:
             cur.close()
 
     if backend == "postgresql":
+        if answer_timeout_s is not None and parsed.get_driver_name() == "psycopg":
+            bounded = bound_postgresql_answers(engine, answer_timeout_s)
 
         @sa.event.listens_for(engine, "connect")
         def _utc_session(dbapi_conn: Any, _record: Any) -> None:
@@ -256,7 +325,7 @@ def _engine(url: str) -> Engine:
             finally:
                 dbapi_conn.autocommit = autocommit
 
-    return engine
+    return engine, bounded
 
 
 def _watch_availability(engine: Engine, availability: DatabaseAvailability) -> None:
@@ -333,6 +402,30 @@ def unavailable_reason(exc: BaseException) -> str | None:
         return None
     reason = " ".join(str(cause).split()) or type(cause).__name__
     return reason if len(reason) <= _REASON_MAX else reason[: _REASON_MAX - 3] + "..."
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database not answering: the store's ``availability`` logs
+    one warning per outage (and one when it answers again), so background loops that
+    meet it say nothing more."""
+    return unavailable_reason(exc) is not None
+
+
+def error_line(exc: BaseException) -> str:
+    """``exc`` in one line for a log: a database error by its driver's message (not
+    SQLAlchemy's text with the statement, its parameters and a link on further lines);
+    an exception without a message by its type."""
+    cause: BaseException = exc
+    if isinstance(exc, sa.exc.DBAPIError) and isinstance(exc.orig, BaseException):
+        cause = exc.orig
+    text = " ".join(str(cause).split())
+    if isinstance(cause, sa.exc.SQLAlchemyError):
+        text = re.split(r" \[SQL: | \(Background on this error", text)[0]
+    if not text:
+        return type(cause).__name__
+    if cause is not exc:
+        text = f"{type(cause).__name__}: {text}"
+    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 3] + "..."
 
 
 class DatabaseAvailability:
@@ -437,16 +530,22 @@ def lock_database_file(url: str) -> IO[str] | None:
 class Store:
     """All reads and writes of the control plane's state."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, answer_timeout_s: float | None = DEFAULT_ANSWER_TIMEOUT_S) -> None:
+        """``answer_timeout_s``: how long a PostgreSQL round trip may wait for its answer
+        (then: 503 ``database unavailable: did not answer in N s``); None: no limit."""
         self.url = normalize_url(url)  # postgres:// -> the installed driver
         self.availability = DatabaseAvailability(display_url(self.url))
-        self.engine = _engine(self.url)
+        self.engine, bounded = _engine(self.url, answer_timeout_s)
+        if bounded is not None:
+            bounded.limit_s = None  # migrations may wait for another replica's
         try:
             migrate(self.engine)
         except sa.exc.DatabaseError as exc:  # unreachable, refused, not a database
             self.engine.dispose()
             reason = " ".join(str(exc.orig).split())  # drivers' messages span lines
             raise ConfigError(f"cannot open the database {display_url(url)!r}: {reason}") from exc
+        if bounded is not None:
+            bounded.limit_s = answer_timeout_s
         _watch_availability(self.engine, self.availability)  # outages from now on
 
     def close(self) -> None:

@@ -8,7 +8,9 @@ caller has already seen. It is woken when
 - the poller, one task for all waiters, sees in the store that the stream's epoch
   moved past the waiter's (a change made by another replica) or that the stream is
   gone; it reads the epochs of every watched stream in one query every
-  ``poll_interval`` seconds, and only while someone waits, or
+  ``poll_interval`` seconds, and only while someone waits (a poll that fails is
+  tried again; a database outage is left to the store's one warning, any other
+  failure is logged once, in one line, until a poll succeeds), or
 - the timeout passes, or the hub closes (server shutdown: answer now, don't hang).
 
 The hub only wakes; the HTTP handler then reads the current table and answers.
@@ -22,6 +24,8 @@ import logging
 from collections.abc import Callable, Collection
 
 from fastapi.concurrency import run_in_threadpool
+
+from streamplane.controlplane.store import error_line, is_outage
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,7 @@ class WatchHub:
         # stream -> {future: the epoch its waiter has seen}
         self._waiters: dict[str, dict[asyncio.Future[None], int]] = {}
         self._closed = False
+        self._failing: str | None = None  # the poll's last error, while it fails
 
     @property
     def closed(self) -> bool:
@@ -118,8 +123,14 @@ class WatchHub:
                 continue
             try:
                 epochs = await run_in_threadpool(self._read_epochs, names)
-            except Exception as exc:  # the store is down: keep waiting, try again
-                log.warning("routing watch poll failed: %s", exc)
+            except Exception as exc:  # keep waiting, try again
+                # A database outage is logged once by the store; anything else once per
+                # run of failures, in one line (not every poll_interval).
+                line = error_line(exc)
+                if not is_outage(exc) and line != self._failing:
+                    log.warning("routing watch poll failed: %s", line)
+                self._failing = line
                 continue
+            self._failing = None
             for name in names:
                 self._wake(name, epochs.get(name))

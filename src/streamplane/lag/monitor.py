@@ -75,8 +75,14 @@ GroupLane = tuple[str, str, str]
 """(group, stream, lane): a lane a streamplane group reads."""
 
 
+class TopologyUnavailable(Exception):
+    """The topology cannot be read now, and its source says so itself (the control
+    plane's store: one warning per database outage): the monitor says nothing more."""
+
+
 class Topology(Protocol):
-    """Where the monitor learns the clusters and the routing tables."""
+    """Where the monitor learns the clusters and the routing tables (a source that
+    reports its own outages raises ``TopologyUnavailable`` meanwhile)."""
 
     def clusters(self) -> dict[str, str]:
         """name -> bootstrap servers"""
@@ -616,6 +622,7 @@ class LagMonitor:
         self._routes: dict[tuple[str, str], Route] = {}
         self._dlq: dict[str, list[tuple[str, int]]] = {}
         self._expected_basis: object = None
+        self._registry_error: str | None = None  # while the topology cannot be read
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -645,9 +652,16 @@ class LagMonitor:
             clusters = self.topology.clusters()
             tables = self.topology.routing_tables()
             routes = routes_of(tables)
+        except TopologyUnavailable:
+            return  # its source has said so
         except Exception as exc:
-            log.warning("lag monitor: cannot read the registry: %s", exc)
+            # Once per run of failures, in one line (a refresh comes every few seconds).
+            line = " ".join(str(exc).split()) or type(exc).__name__
+            if line != self._registry_error:
+                log.warning("lag monitor: cannot read the registry: %s", line)
+            self._registry_error = line
             return
+        self._registry_error = None
         dlq: dict[str, list[tuple[str, int]]] = {}
         for table in tables:
             for seg in table.segments:

@@ -88,3 +88,36 @@ def test_which_routes_are_the_assigners() -> None:
     assert is_assigner_route("/v1/groups/g/members/m-1")
     assert not is_assigner_route("/v1/groups")
     assert not is_assigner_route("/v1/groups/g/lag/history")
+
+
+class _Failing(httpx.AsyncBaseTransport):
+    def __init__(self, exc: httpx.HTTPError) -> None:
+        self.exc = exc
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (httpx.ReadTimeout(""), "ReadTimeout"),  # a timeout's message is empty
+        (httpx.ConnectError("All connection attempts failed"), "ConnectError: All connection"),
+    ],
+)
+def test_a_failed_forward_is_logged_with_its_reason(
+    exc: httpx.HTTPError, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = FastAPI()
+    app.middleware("http")(
+        LeaderProxy(lambda: False, lambda: "http://leader:8080", "f-1", transport=_Failing(exc))
+    )
+    with TestClient(app) as client:
+        resp = client.post("/v1/groups/g1/heartbeat", json={})
+    assert resp.status_code == 503
+    assert type(exc).__name__ in resp.json()["detail"]
+    lines = [r.getMessage() for r in caplog.records if "forwarding" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "forwarding /v1/groups/g1/heartbeat to the leader at http://leader:8080 failed: " + reason
+    ), lines

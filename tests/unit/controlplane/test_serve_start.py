@@ -4,6 +4,7 @@ the leader says so in the log."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,12 @@ def test_the_leader_says_so_in_the_log(tmp_path: Path) -> None:
         cp.stop()
     leader_lines = [line for line in log.splitlines() if "this replica is the leader" in line]
     assert len(leader_lines) == 1, log
+    # Every logged line (uvicorn's and the control plane's) starts with its time.
+    logged = [line for line in log.splitlines() if re.search(r"\b(INFO|WARNING|ERROR):", line)]
+    assert any("Application startup complete" in line for line in logged), log
+    assert any("this replica is the leader" in line for line in logged), log
+    stamped = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (INFO|WARNING|ERROR): ")
+    assert all(stamped.match(line) for line in logged), logged
 
 
 def test_a_second_control_plane_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:

@@ -10,11 +10,14 @@ RF 1, a one-minute retention and CreateTime timestamps.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
 
+from streamplane.controlplane import service as service_module
 from streamplane.controlplane.cluster_io import TopicDescription
-from streamplane.controlplane.service import topic_config
+from streamplane.controlplane.service import StreamSpec, topic_config
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import (
     AUTH,
@@ -22,6 +25,7 @@ from tests.unit.controlplane.conftest import (
     StubAdmin,
     StubKafka,
     create_stream,
+    make_service,
 )
 
 ON_B = BOOTSTRAPS["local-b"]
@@ -102,3 +106,109 @@ def test_a_topic_that_cannot_be_described_is_a_502_and_nothing_changes(
     assert "sp.orders.realtime.e2 exists already and could not be described" in detail
     assert "local-b" in detail
     assert http.get("/v1/streams/orders").json()["epoch"] == 1
+
+
+# ---------------------------------------------------------------- concurrent replicas
+# An exploratory run sent two failovers of a stream at once through two replicas: the
+# loser found the topic the winner had just created, could not read its offsets (its
+# partitions' leaders not elected yet: "Broker: Not leader for partition") and answered
+# 502 with that Kafka error 4 times in 5, instead of the documented 409 (epoch moved).
+NOT_LEADER = KafkaError(
+    "offsets of sp.orders.realtime.e2: Broker: Not leader for partition",
+    code="NOT_LEADER_FOR_PARTITION",
+    retriable=True,
+)
+
+
+def _another_replica_fails_over_first(
+    db_url: str, kafka: StubKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This replica's next topic creation finds the stream failed over to local-b by
+    another replica (same database) just before: its topic made and its routing saved."""
+    original = StubAdmin.create_topics
+    done: list[bool] = []
+
+    def create_topics(self: StubAdmin, topics: Any, timeout: float = 30.0) -> Any:
+        if not done:
+            done.append(True)
+            other = make_service(db_url, kafka)
+            try:
+                other.failover("orders", "local-b", ["realtime"], actor="other-replica")
+            finally:
+                other.close()
+        return original(self, topics, timeout)
+
+    monkeypatch.setattr(StubAdmin, "create_topics", create_topics)
+
+
+def test_losing_a_concurrent_failover_is_a_409_not_the_winners_topic_trouble(
+    http: TestClient, db_url: str, kafka: StubKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_stream(http)
+    monkeypatch.setattr(service_module, "EXISTING_TOPIC_WAIT_S", 0.3, raising=False)
+
+    def not_open_yet(self: StubAdmin, topic: str, timeout: float = 10.0) -> dict[int, int]:
+        raise NOT_LEADER
+
+    monkeypatch.setattr(StubAdmin, "end_offsets", not_open_yet)
+    _another_replica_fails_over_first(db_url, kafka, monkeypatch)
+    status, detail = failover(http)
+    assert status == 409, detail
+    assert detail == (
+        "stream 'orders' moved on to epoch 2 while this change was prepared from epoch 1: retry"
+    )
+    assert "sp.orders.realtime.e2" in kafka.on("local-b")  # the winner's topic is kept
+    assert http.get("/v1/streams/orders").json()["epoch"] == 2
+
+
+def test_a_topic_just_made_by_another_replica_is_waited_for(
+    http: TestClient, db_url: str, kafka: StubKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its leaders elected a moment later, it is described, adopted, and the save's
+    compare-and-set answers (409): the winner's topic is not deleted."""
+    create_stream(http)
+    original = StubAdmin.end_offsets
+    answers: list[int] = []
+
+    def leaders_a_moment_later(self: StubAdmin, topic: str, timeout: float = 10.0) -> Any:
+        answers.append(1)
+        if len(answers) <= 2:
+            raise NOT_LEADER
+        return original(self, topic, timeout)
+
+    monkeypatch.setattr(StubAdmin, "end_offsets", leaders_a_moment_later)
+    _another_replica_fails_over_first(db_url, kafka, monkeypatch)
+    status, detail = failover(http)
+    assert status == 409, detail
+    assert "moved on to epoch 2 while this change was prepared from epoch 1" in detail
+    assert len(answers) == 3
+    assert "sp.orders.realtime.e2" in kafka.on("local-b")
+
+
+def test_losing_a_concurrent_create_is_a_409(
+    http: TestClient, db_url: str, kafka: StubKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "EXISTING_TOPIC_WAIT_S", 0.3, raising=False)
+
+    def not_open_yet(self: StubAdmin, topic: str, timeout: float = 10.0) -> dict[int, int]:
+        raise NOT_LEADER
+
+    monkeypatch.setattr(StubAdmin, "end_offsets", not_open_yet)
+    original = StubAdmin.create_topics
+    done: list[bool] = []
+
+    def create_topics(self: StubAdmin, topics: Any, timeout: float = 30.0) -> Any:
+        if not done:
+            done.append(True)
+            other = make_service(db_url, kafka)
+            try:
+                other.create_stream(StreamSpec(name="orders", cluster="local-a"), "other-replica")
+            finally:
+                other.close()
+        return original(self, topics, timeout)
+
+    monkeypatch.setattr(StubAdmin, "create_topics", create_topics)
+    resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
+    assert resp.status_code == 409, resp.text
+    assert resp.json()["detail"] == "stream 'orders' already exists"
+    assert kafka.on("local-a")  # the winner's topics are kept

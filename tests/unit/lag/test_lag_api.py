@@ -84,6 +84,17 @@ def test_snapshot_dir_defaults_next_to_a_sqlite_store() -> None:
     assert default_snapshot_dir("postgresql+psycopg://h/db") == Path(".streamplane/lag")
 
 
+def test_replicas_sharing_a_database_default_to_snapshot_dirs_of_their_own() -> None:
+    """Three replicas over one PostgreSQL started from one directory wrote the same
+    ``.streamplane/lag/<cluster>.json`` files."""
+    db = "postgresql+psycopg://u@h:5432/db"
+    dirs = {default_snapshot_dir(db, f"http://127.0.0.1:2110{n}") for n in range(3)}
+    assert dirs == {Path(f".streamplane/lag/127.0.0.1-2110{n}") for n in range(3)}
+    assert default_snapshot_dir(db, "http://[::1]:8470") == Path(".streamplane/lag/__1-8470")
+    # A SQLite store has one replica: lag/ beside it, whatever the URL.
+    assert default_snapshot_dir("sqlite:////var/sp/cp.db", "http://h:1") == Path("/var/sp/lag")
+
+
 def test_dashboard_files_are_served(http: TestClient) -> None:
     page = http.get("/ui")
     assert page.status_code == 200 and "/ui/dashboard.js" in page.text
