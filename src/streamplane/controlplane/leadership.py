@@ -38,6 +38,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import NullPool
 
+from streamplane.controlplane.store import bound_postgresql_answers, error_line
+
 log = logging.getLogger(__name__)
 
 # A fixed key (any int64): "streamplane control-plane leader".
@@ -103,6 +105,10 @@ class AdvisoryLockLeadership:
                 "application_name": "streamplane-leader",
             },
         )
+        if self._engine.url.get_driver_name() == "psycopg":
+            # The statement timeout is the server's: a frozen server never answers the
+            # check. Bounded here too, the leader steps down after check_timeout_s.
+            bound_postgresql_answers(self._engine, check_timeout_s)
         self._interval = interval
         self._lease = lease
         self._clock = clock
@@ -162,7 +168,7 @@ class AdvisoryLockLeadership:
                 self._set(True)
         except Exception as exc:
             if self._leader:
-                log.warning("leadership lost: the lock connection failed (%s)", exc)
+                log.warning("leadership lost: the lock connection failed (%s)", error_line(exc))
             self._set(False)
             self._close()
 
