@@ -1,5 +1,9 @@
 """What every control-plane command shares: --url, --token, --json, KEY=VALUE options.
 
+``--url`` (env ``STREAMPLANE_URL``) may name several replicas of one control plane,
+separated by commas (``http://a:8470,http://b:8470``): a command goes to the first and
+moves to the next when one cannot serve (``ControlPlaneClient``).
+
 The token is taken from ``--token``, else ``STREAMPLANE_API_TOKEN``, else the file
 ``.streamplane/api-token`` that ``streamplane control-plane serve`` writes.
 """
@@ -39,7 +43,10 @@ def connection_options(f: click.decorators.FC) -> click.decorators.FC:
         envvar=URL_ENV,
         default=DEFAULT_URL,
         show_default=True,
-        help=f"Control-plane URL (env {URL_ENV}).",
+        help=(
+            "Control-plane URL, or several replicas' URLs separated by commas: a command "
+            f"moves to the next when one cannot serve (env {URL_ENV})."
+        ),
     )(f)
 
 
@@ -70,7 +77,8 @@ def write_new_token(path: Path = TOKEN_FILE) -> str:
 
 @contextmanager
 def connect(url: str, token: str | None) -> Iterator[ControlPlaneClient]:
-    """A client for one command; a token error says where tokens come from."""
+    """A client for one command (``url``: one URL or several, comma-separated); a token
+    error says where tokens come from."""
     with ControlPlaneClient(url, token or read_token_file()) as client:
         try:
             yield client

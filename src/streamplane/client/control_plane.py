@@ -3,10 +3,25 @@
 One ``httpx.Client`` (one connection pool) per instance; safe to share between
 threads, so a producer can long-poll the routing in one thread while others read.
 
+Several replicas: ``ControlPlaneClient("http://a:8470,http://b:8470")`` (or a list).
+Requests go to one replica at a time and stay on it while it answers (sticky). When it
+cannot serve (connection refused or lost, a timeout, a 503, a proxy's 502/504), the
+request is sent to the next replica, and the client stays on the first that answers.
+Every request may move when the replica surely did not act on it (no connection, or
+the control plane's own 503). After a failure that may have reached the replica (a
+timeout, a dropped connection, a proxy's 502/504), a request is sent again elsewhere
+only if doing it twice is harmless or recognised: reads, heartbeats, reports, deletes
+(a 404 then means the first attempt deleted it), creation (a 409 "already exists" for
+exactly what was asked means the first attempt made it), a failover without a
+partition count (a 400 "nothing to move" means it happened), a segment transition
+(the segment already in the state asked for). A failover with a partition count is
+never sent twice: a repeat would make another epoch.
+
 Errors, always one line:
 
 - connection refused, DNS failure, timeout, dropped connection -> ``ControlPlaneUnavailable``
-  (naming the URL), so callers can keep their cached routing (fail-static);
+  (naming the URL; with several replicas, only when none answered, naming each with
+  its error), so callers can keep their cached routing (fail-static);
 - 404 -> ``NotFound``; 401/403 -> ``Unauthorized``; 409 -> ``Conflict``;
 - any other 4xx/5xx -> ``ControlPlaneError`` with ``status``; a 5xx names the URL and
   the server's detail (``control plane at URL: database unavailable: ...``).
@@ -14,10 +29,12 @@ Errors, always one line:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import quote
 
 import httpx
@@ -39,25 +56,40 @@ KAFKA_CALL_TIMEOUT = 60.0
 # A long poll may take its whole timeout; the HTTP read waits that much longer.
 WATCH_SLACK = 10.0
 
+log = logging.getLogger(__name__)
+
+# When a request may be sent to another replica after one failed: "any" failure, or
+# only one that surely did not reach the control plane's logic ("unsent").
+Retry = Literal["any", "unsent"]
+
 
 class ControlPlaneClient:
-    """A client of the control plane at ``url``; ``token`` is needed for mutations."""
+    """A client of the control plane at ``url``; ``token`` is needed for mutations.
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0) -> None:
-        try:
-            parsed = httpx.URL(url)
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise ConfigError(f"invalid control-plane URL {url!r}: {exc}") from exc
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ConfigError(f"invalid control-plane URL {url!r}: expected http(s)://host:port")
+    ``url`` may name several replicas (of one control plane over PostgreSQL): a
+    comma-separated string (``"http://a:8470,http://b:8470"``) or a list. ``timeout``
+    bounds each attempt at one replica (a request that moves on may take it per replica).
+    """
+
+    def __init__(
+        self, url: str | Sequence[str], token: str | None = None, timeout: float = 10.0
+    ) -> None:
+        self.urls: tuple[str, ...] = parse_urls(url)
         if timeout <= 0:
             raise ConfigError("the control-plane timeout must be positive")
-        self.url = url.rstrip("/")
         self.timeout = timeout
         headers = {"User-Agent": f"streamplane/{__version__}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        # No base URL: each request names its replica's (one pool, keyed by origin).
+        self._http = httpx.Client(headers=headers, timeout=timeout)
+        self._current = 0  # the replica requests go to first (sticky)
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        """The URL of the replica requests go to now (the one that answered last)."""
+        return self.urls[self._current]
 
     # ------------------------------------------------------------------ life cycle
     def close(self) -> None:
@@ -72,7 +104,7 @@ class ControlPlaneClient:
         self.close()
 
     def __repr__(self) -> str:
-        return f"ControlPlaneClient({self.url!r})"
+        return f"ControlPlaneClient({','.join(self.urls)!r})"
 
     # ------------------------------------------------------------------ health
     def health(self) -> dict[str, Any]:
@@ -95,8 +127,24 @@ class ControlPlaneClient:
         name is registered for, unless ``force``."""
         body = {"name": name, "bootstrap": bootstrap, "tags": dict(tags or {})}
         params = {"force": "true"} if force else None
+
+        def made_before(exc: ControlPlaneError) -> Any:
+            # An attempt that may have reached a replica before: a 409 is ours if the
+            # cluster registered is what we asked for.
+            if isinstance(exc, Conflict):
+                try:
+                    doc = self.get_cluster(name)
+                except ControlPlaneError:
+                    raise exc from None
+                if _same_bootstrap(doc.get("bootstrap"), bootstrap) and doc.get("tags") == dict(
+                    tags or {}
+                ):
+                    return doc
+                raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
+            raise exc
+
         return self._json(  # type: ignore[no-any-return]
-            "POST", "/v1/clusters", json=body, params=params
+            "POST", "/v1/clusters", json=body, params=params, retry="any", settle=made_before
         )
 
     def update_cluster(
@@ -115,11 +163,11 @@ class ControlPlaneClient:
             body["tags"] = dict(tags)
         params = {"force": "true"} if force else None
         return self._json(  # type: ignore[no-any-return]
-            "PATCH", f"/v1/clusters/{_seg(name)}", json=body, params=params
+            "PATCH", f"/v1/clusters/{_seg(name)}", json=body, params=params, retry="any"
         )
 
     def delete_cluster(self, name: str) -> None:
-        self._json("DELETE", f"/v1/clusters/{_seg(name)}")
+        self._json("DELETE", f"/v1/clusters/{_seg(name)}", settle=_gone_is_done)
 
     def get_cluster(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/v1/clusters/{_seg(name)}")  # type: ignore[no-any-return]
@@ -150,7 +198,29 @@ class ControlPlaneClient:
             "config": dict(config or {}),
             "max_record_bytes": max_record_bytes,
         }
-        doc = self._json("POST", "/v1/streams", json=body, timeout=KAFKA_CALL_TIMEOUT)
+
+        def made_before(exc: ControlPlaneError) -> Any:
+            # An attempt that may have reached a replica before: a 409 is ours if the
+            # stream there is exactly what we asked for.
+            if isinstance(exc, Conflict):
+                try:
+                    doc = self.describe_stream(name)
+                except ControlPlaneError:
+                    raise exc from None
+                if _stream_is(doc, body):
+                    log.info("stream %r was created by an earlier attempt", name)
+                    return doc
+                raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
+            raise exc
+
+        doc = self._json(
+            "POST",
+            "/v1/streams",
+            json=body,
+            timeout=KAFKA_CALL_TIMEOUT,
+            retry="any",
+            settle=made_before,
+        )
         return self._routing(doc["routing"])
 
     def list_streams(self) -> list[dict[str, Any]]:
@@ -162,7 +232,13 @@ class ControlPlaneClient:
 
     def delete_stream(self, name: str, delete_topics: bool = True) -> None:
         params = {"delete_topics": "true" if delete_topics else "false"}
-        self._json("DELETE", f"/v1/streams/{_seg(name)}", params=params, timeout=KAFKA_CALL_TIMEOUT)
+        self._json(
+            "DELETE",
+            f"/v1/streams/{_seg(name)}",
+            params=params,
+            timeout=KAFKA_CALL_TIMEOUT,
+            settle=_gone_is_done,
+        )
 
     # ------------------------------------------------------------------ routing
     def routing(self, stream: str) -> RoutingTable:
@@ -193,8 +269,23 @@ class ControlPlaneClient:
             body["lanes"] = list(lanes)
         if partitions is not None:
             body["partitions"] = partitions
+
+        def moved_before(exc: ControlPlaneError) -> Any:
+            # An attempt that may have reached a replica before: "nothing to move" says
+            # every lane is on ``cluster`` already (that attempt moved them).
+            if exc.status == 400 and "nothing to move" in str(exc):
+                return self._json("GET", f"/v1/streams/{_seg(stream)}/routing")
+            raise exc
+
+        # With a partition count a repeat makes another epoch (new topics again): sent
+        # to another replica only when the first surely did not act on it.
         doc = self._json(
-            "POST", f"/v1/streams/{_seg(stream)}/failover", json=body, timeout=KAFKA_CALL_TIMEOUT
+            "POST",
+            f"/v1/streams/{_seg(stream)}/failover",
+            json=body,
+            timeout=KAFKA_CALL_TIMEOUT,
+            retry="any" if partitions is None else "unsent",
+            settle=moved_before,
         )
         return self._routing(doc)
 
@@ -214,7 +305,22 @@ class ControlPlaneClient:
             "sealed_end_offsets": {str(p): o for p, o in (sealed_end_offsets or {}).items()},
         }
         path = f"/v1/streams/{_seg(stream)}/segments/transition"
-        return self._routing(self._json("POST", path, json=body))
+
+        def moved_before(exc: ControlPlaneError) -> Any:
+            # An attempt that may have reached a replica before: the segment already in
+            # ``state`` is that attempt's doing.
+            if exc.status == 400:
+                doc = self._json("GET", f"/v1/streams/{_seg(stream)}/routing")
+                for seg in doc.get("segments", []):
+                    if (seg.get("cluster"), seg.get("topic"), seg.get("state")) == (
+                        cluster,
+                        topic,
+                        state,
+                    ):
+                        return doc
+            raise exc
+
+        return self._routing(self._json("POST", path, json=body, retry="any", settle=moved_before))
 
     def audit(self, stream: str | None = None) -> list[dict[str, Any]]:
         """Audit entries, newest first."""
@@ -265,7 +371,11 @@ class ControlPlaneClient:
             "claims": list(claims),
         }
         path = f"/v1/groups/{_seg(group)}/heartbeat"
-        return self._json("POST", path, json=body, timeout=timeout)  # type: ignore[no-any-return]
+        # Harmless twice: the answer is the member's state, its claims and releases are
+        # sent again until one is answered.
+        return self._json(  # type: ignore[no-any-return]
+            "POST", path, json=body, timeout=timeout, retry="any"
+        )
 
     def leave_group(self, group: str, member_id: str, timeout: float = 2.0) -> None:
         self._json("DELETE", f"/v1/groups/{_seg(group)}/members/{_seg(member_id)}", timeout=timeout)
@@ -278,7 +388,9 @@ class ControlPlaneClient:
     def producer_heartbeat(self, stream: str, producer_id: str, epoch: int) -> dict[str, Any]:
         """Report the routing epoch a producer writes with (the sealer waits for it)."""
         path = f"/v1/streams/{_seg(stream)}/producers/{_seg(producer_id)}/heartbeat"
-        return self._json("POST", path, json={"epoch": epoch})  # type: ignore[no-any-return]
+        return self._json(  # type: ignore[no-any-return]
+            "POST", path, json={"epoch": epoch}, retry="any"
+        )
 
     def producer_left(self, stream: str, producer_id: str, timeout: float = 2.0) -> None:
         """A producer closed: the sealer stops waiting for its heartbeats."""
@@ -289,13 +401,26 @@ class ControlPlaneClient:
         """Say that ``group`` has settled every record of a sealed segment."""
         body = {"group": group, "cluster": cluster, "topic": topic}
         path = f"/v1/streams/{_seg(stream)}/segments/drained"
-        return self._json("POST", path, json=body)  # type: ignore[no-any-return]
+        # A set of reports: the same one twice is one.
+        return self._json("POST", path, json=body, retry="any")  # type: ignore[no-any-return]
 
     def declare_lost(self, stream: str, cluster: str, reason: str = "") -> RoutingTable:
         """Declare the draining and sealed segments of ``stream`` on ``cluster`` lost."""
         body = {"cluster": cluster, "reason": reason}
         path = f"/v1/streams/{_seg(stream)}/segments/lost"
-        return self._routing(self._json("POST", path, json=body))
+
+        def lost_before(exc: ControlPlaneError) -> Any:
+            # An attempt that may have reached a replica before: no draining or sealed
+            # segment left there, and a lost one, is that attempt's doing.
+            if exc.status == 400:
+                doc = self._json("GET", f"/v1/streams/{_seg(stream)}/routing")
+                states = {s.get("state") for s in doc.get("segments", [])
+                          if s.get("cluster") == cluster}  # fmt: skip
+                if "lost" in states and not states & {"draining", "sealed"}:
+                    return doc
+            raise exc
+
+        return self._routing(self._json("POST", path, json=body, retry="any", settle=lost_before))
 
     def segments(self, stream: str) -> dict[str, Any]:
         """Segments with their drained reports, and the live producers' epochs."""
@@ -326,35 +451,214 @@ class ControlPlaneClient:
         params: Any = None,
         json: Any = None,
         timeout: float | None = None,
+        retry: Retry | None = None,
+        settle: Callable[[ControlPlaneError], Any] | None = None,
     ) -> Any:
-        try:
-            resp = self._http.request(
-                method,
-                path,
-                params=params,
-                json=json,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+        """One request, to the current replica and, when it cannot serve, to the next.
+
+        ``retry``: after a failure that may have reached a replica (a timeout, a dropped
+        connection, a proxy's 502/504), is the request sent to another? ``"any"``: yes
+        (doing it twice is harmless or recognised by ``settle``); ``"unsent"``: no.
+        Default: ``"any"`` for GET, PUT and DELETE, ``"unsent"`` otherwise. A failure
+        that surely did not reach the control plane's logic (no connection, its own 503)
+        always moves on. ``settle(error)``, when the request may have been done by an
+        earlier attempt and a later replica refuses it: the answer to return, or raise.
+        """
+        if retry is None:
+            retry = "any" if method in ("GET", "HEAD", "PUT", "DELETE") else "unsent"
+        count = len(self.urls)
+        first = self._current
+        failures: list[tuple[str, str, ControlPlaneError]] = []  # (url, why, error)
+        maybe_done_at: str | None = None  # the first replica that may have acted on it
+        for step in range(count):
+            if step and self._http.is_closed:  # closed meanwhile (a watch in flight)
+                break
+            index = (first + step) % count
+            base = self.urls[index]
+            try:
+                resp = self._http.request(
+                    method,
+                    base + path,
+                    params=params,
+                    json=json,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TimeoutException as exc:
+                why = f"did not answer in time ({type(exc).__name__})"
+                error: ControlPlaneError = ControlPlaneUnavailable(f"control plane at {base} {why}")
+                error.__cause__ = exc
+                reached = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+            except httpx.TransportError as exc:
+                why = f"is unreachable: {_one_line(str(exc)) or type(exc).__name__}"
+                error = ControlPlaneUnavailable(f"control plane at {base} {why}")
+                error.__cause__ = exc
+                reached = not isinstance(exc, httpx.ConnectError)
+            else:
+                if not _cannot_serve(resp):
+                    self._answered(index, first, failures)
+                    if resp.status_code == 204:
+                        return None
+                    if resp.status_code >= 400:
+                        error = _error(resp, base)
+                        if maybe_done_at is not None and settle is not None:
+                            return settle(error)
+                        raise error
+                    try:
+                        return resp.json()
+                    except ValueError as exc:
+                        raise ControlPlaneError(
+                            f"control plane at {base} sent a response that is not JSON",
+                            status=resp.status_code,
+                        ) from exc
+                error = _error(resp, base)
+                why = _http_why(resp)
+                # The control plane's own 503 (and a proxy's: no backend) did nothing; a
+                # proxy's 502/504 may have passed the request on.
+                reached = resp.status_code != 503
+            failures.append((base, why, error))
+            if reached and maybe_done_at is None:
+                maybe_done_at = base
+            if count > 1 and step < count - 1 and reached and retry == "unsent":
+                raise _kind(error)(
+                    f"{error}; {method} {_path_only(path)} may have been done there, so it "
+                    "was not sent to another replica (look before trying again)",
+                    status=error.status,
+                ) from error.__cause__
+        if len(failures) == 1:
+            raise failures[0][2] from failures[0][2].__cause__
+        answered = [e for _, _, e in failures if e.status is not None]
+        message = "every control-plane replica failed: " + "; ".join(
+            f"{url} {why}" for url, why, _ in failures
+        )
+        if retry == "unsent" and maybe_done_at is not None:
+            message += f" ({method} {_path_only(path)} may have been done at {maybe_done_at})"
+        if answered:  # some replica is there, but cannot serve now (503: its Assigner
+            # has no leader, its database is away): not "unreachable"
+            raise ControlPlaneError(message, status=answered[-1].status)
+        raise ControlPlaneUnavailable(message) from failures[-1][2].__cause__
+
+    def _answered(
+        self, index: int, first: int, failures: list[tuple[str, str, ControlPlaneError]]
+    ) -> None:
+        """Requests go to the replica that answered from now on (sticky)."""
+        with self._lock:
+            moved = self._current != index
+            self._current = index
+        if moved and index != first and failures:
+            log.warning(
+                "control plane: using %s (%s)",
+                self.urls[index],
+                "; ".join(f"{url} {why}" for url, why, _ in failures),
             )
-        except httpx.TimeoutException as exc:
-            raise ControlPlaneUnavailable(
-                f"control plane at {self.url} did not answer in time ({type(exc).__name__})"
-            ) from exc
-        except httpx.TransportError as exc:
-            reason = _one_line(str(exc)) or type(exc).__name__
-            raise ControlPlaneUnavailable(
-                f"control plane at {self.url} is unreachable: {reason}"
-            ) from exc
-        if resp.status_code == 204:
-            return None
-        if resp.status_code >= 400:
-            raise _error(resp, self.url)
+
+
+def parse_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """The replicas' URLs from ``"http://a:8470,http://b:8470"`` or a list (whose items
+    may hold commas too). Raises ``ConfigError`` naming the bad element."""
+    if isinstance(url, str):
+        given = url
+    elif isinstance(url, Sequence) and all(isinstance(u, str) for u in url):
+        given = ",".join(url)
+    else:
+        raise ConfigError(f"invalid control-plane URL {url!r}: expected http(s)://host:port")
+    elements = given.split(",")
+    several = len(elements) > 1
+    out: list[str] = []
+    for position, raw in enumerate(elements, 1):
+        element = raw.strip()
+        where = f" (element {position} of {given!r})" if several else ""
+        if not element:
+            if not several:
+                raise ConfigError("no control-plane URL given: expected http(s)://host:port")
+            raise ConfigError(
+                f"invalid control-plane URL list {given!r}: element {position} is empty"
+            )
         try:
-            return resp.json()
-        except ValueError as exc:
-            raise ControlPlaneError(
-                f"control plane at {self.url} sent a response that is not JSON",
-                status=resp.status_code,
-            ) from exc
+            parsed = httpx.URL(element)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise ConfigError(f"invalid control-plane URL {element!r}{where}: {exc}") from exc
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ConfigError(
+                f"invalid control-plane URL {element!r}{where}: expected http(s)://host:port"
+            )
+        if parsed.query or parsed.fragment:
+            raise ConfigError(
+                f"invalid control-plane URL {element!r}{where}: no query or fragment allowed"
+            )
+        element = element.rstrip("/")
+        if element in out:
+            raise ConfigError(f"control-plane URL {element!r} is given twice in {given!r}")
+        out.append(element)
+    return tuple(out)
+
+
+def _cannot_serve(resp: httpx.Response) -> bool:
+    """The replica cannot serve now, another may: a 503 (no leader to forward the
+    Assigner's requests to, leadership moving, its database away), a 504, or a 502 that
+    is not the control plane's own (which says a Kafka cluster failed: the same
+    wherever it is asked)."""
+    if resp.status_code in (503, 504):
+        return True
+    return resp.status_code == 502 and not _detail(resp)
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        doc = resp.json()
+    except ValueError:
+        return ""
+    return str(doc.get("detail", "")) if isinstance(doc, dict) else ""
+
+
+def _http_why(resp: httpx.Response) -> str:
+    detail = _one_line(_detail(resp)) or resp.reason_phrase
+    return f"answered HTTP {resp.status_code}: {detail}".rstrip(": ")
+
+
+def _kind(error: ControlPlaneError) -> type[ControlPlaneError]:
+    return (
+        ControlPlaneUnavailable if isinstance(error, ControlPlaneUnavailable) else ControlPlaneError
+    )
+
+
+def _path_only(path: str) -> str:
+    return path.split("?", 1)[0]
+
+
+# How a 409 after a retry is named when what exists is not exactly what was asked for.
+_EARLIER_ATTEMPT = (
+    "(an earlier attempt of this request, at a replica that then failed, may have made it)"
+)
+
+
+def _gone_is_done(exc: ControlPlaneError) -> Any:
+    """A delete sent again after an attempt that may have done it: 404 is done."""
+    if isinstance(exc, NotFound):
+        return None
+    raise exc
+
+
+def _same_bootstrap(registered: Any, asked: str) -> bool:
+    def norm(b: str) -> list[str]:
+        return sorted(p.strip() for p in b.split(",") if p.strip())
+
+    return isinstance(registered, str) and norm(registered) == norm(asked)
+
+
+def _stream_is(doc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """The stream described by ``doc`` is the one ``body`` asked to create."""
+    same = all(
+        doc.get(key) == body[key]
+        for key in (
+            "lanes",
+            "partitions",
+            "dlq_partitions",
+            "replication_factor",
+            "config",
+            "max_record_bytes",
+        )
+    )
+    return same and doc.get("active_clusters") in ([body["cluster"]], None)
 
 
 def _seg(name: str) -> str:
