@@ -56,10 +56,13 @@ if the lag never decreased, else OK. Here the same questions are asked in second
    many is unknown.
 1. ``ERR`` (Burrow's REWIND) when the committed offset went backwards within the last
    ``window_s`` and the partition has not been caught up since.
-2. ``STOP`` when no commit arrived for ``stop_after_s`` while work was pending:
-   ``now - max(last_commit, caught_up) > stop_after_s``. Burrow's rule is relative to
-   the commit cadence; an absolute threshold fits groups that commit only when they
-   make progress (librdkafka) and is what an alert wants. An expected partition never
+2. ``STOP`` when no commit arrived for ``stop_after_s``, or for twice the partition's
+   commit interval (rule 4a) if that is longer, while work was pending:
+   ``now - max(last_commit, caught_up) > max(stop_after_s, 2 * interval)``. Burrow's
+   rule is relative to the commit cadence only; an absolute floor fits groups that
+   commit only when they make progress (librdkafka) and is what an alert wants, and the
+   cadence keeps a job that commits once per long batch (a Spark micro-batch of 140 s)
+   from reading STOP in the middle of every batch. An expected partition never
    committed on has had work pending since its first record was ingested: it stops when
    its time lag (if known) exceeds ``stop_after_s`` since it was last caught up.
 3. ``STALL`` when commits still arrive but the offset does not move: a commit was seen
@@ -687,7 +690,7 @@ class LagModel:
             last_commit = last_move = now_ms - int(tlag * 1000.0) if tlag == tlag else now_ms
         else:
             last_move = p.changed_ms
-        if now_ms - max(last_commit, caught_up) > self._stop_ms:
+        if now_ms - max(last_commit, caught_up) > max(self._stop_ms, 2 * p.commit_gap_ms):
             return LagStatus.STOP
         if p.commit_ms > p.changed_ms and now_ms - max(p.changed_ms, caught_up) > self._stall_ms:
             return LagStatus.STALL

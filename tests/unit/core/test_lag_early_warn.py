@@ -182,3 +182,23 @@ def test_an_offset_lag_coming_down_from_its_peak_is_ok() -> None:
     assert statuses[299] is not LagStatus.OK  # stuck with 19,900 pending
     # 10% below its peak (~20,000) after 10 s of 200/s: OK from then on
     assert {statuses[t] for t in range(312, 321)} == {LagStatus.OK}
+
+
+@pytest.mark.parametrize("th", THRESHOLDS)
+def test_a_job_committing_once_per_long_batch_stops_only_when_it_dies(
+    th: LagThresholds,
+) -> None:
+    """A Spark job commits once per micro-batch, and its batches take 140 s: it read STOP
+    from 120 s into every batch (an exploratory run), like a dead job. STOP now waits
+    twice the commit interval (280 s) and WARN 1.5 times it (210 s), known from the
+    second commit on. Dead after its commit at 1,400 s: WARN from 1,610 s, STOP from
+    1,680 s."""
+
+    def every_140_s(t: int) -> int | None:
+        return 100 * (t - 140) if t % 140 == 0 and 140 <= t <= 1400 else None
+
+    statuses = simulate(th, 1800, every_140_s)
+    assert statuses[261] is LagStatus.STOP  # the first batch: no interval known yet
+    assert {statuses[t] for t in range(280, 1611)} == {LagStatus.OK}
+    assert {statuses[t] for t in range(1611, 1681)} == {LagStatus.WARN}
+    assert {statuses[t] for t in range(1681, 1801)} == {LagStatus.STOP}
