@@ -132,7 +132,12 @@ def _one_line(text: str) -> str:
 
 @dlq.command("replay")
 @click.argument("stream")
-@click.option("--to-lane", default=None, help="Target lane (default: the lane each came from).")
+@click.option(
+    "--to-lane",
+    default=None,
+    help="Target lane (default: the lane each came from; the stream's first lane for a "
+    "record without provenance, or from a lane the stream no longer has).",
+)
 @connection_options
 def replay_cmd(stream: str, to_lane: str | None, url: str, token: str | None) -> None:
     """Send the dlq records of STREAM back to a lane; resumable.

@@ -25,6 +25,8 @@ from streamplane.pipeline.generator import produce, random_seed
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from streamplane.pipeline.telemetry import TelemetryJob
+
 
 @click.group("pipeline")
 def pipeline() -> None:
@@ -76,6 +78,14 @@ def install(print_jars: bool) -> None:
 @click.option("--max-records-per-trigger", type=click.IntRange(min=1), default=None)
 @click.option("--available-now", is_flag=True, help="Process what is there, then stop.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds.")
+@click.option(
+    "--stop-grace",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="On a stop (--duration, Ctrl-C, SIGTERM), seconds the running micro-batch may "
+    "take to finish before it is cut short (done again at the next start); 0: at once.",
+)
 @connection_options
 def telemetry(
     stream: str,
@@ -87,13 +97,18 @@ def telemetry(
     max_records_per_trigger: int | None,
     available_now: bool,
     duration: float | None,
+    stop_grace: float,
     url: str,
     token: str | None,
 ) -> None:
     """Parse, validate (bad -> dlq lane), enrich and store telemetry events in Delta tables.
 
     Prints a line per micro-batch (records, stored, dead letters, duplicates, seconds)
-    on stderr, and the store's summary at the end."""
+    on stderr, then what this run did, and the store's summary (every run) at the end.
+
+    A stop (--duration, Ctrl-C, SIGTERM) lets a running micro-batch finish (up to
+    --stop-grace seconds) and stops between batches; a second Ctrl-C or SIGTERM cuts the
+    batch short (it is done again at the next start), a third quits at once."""
     from streamplane.cli.connection import read_token_file
     from streamplane.pipeline.source import preflight_read
     from streamplane.pipeline.spark import build_session
@@ -124,7 +139,8 @@ def telemetry(
         query = job.start(available_now=available_now)
         where = master or "the spark-submit master"
         progress(f"telemetry job running on {where}; tables in {config.warehouse} (Ctrl-C stops)")
-        _run_until_stopped(query, duration)
+        _run_until_stopped(query, duration, job=job, grace_s=stop_grace)
+        progress(_this_run(job))
         summary = store_summary(spark, config.warehouse)
         shown = [round(v, 1) if isinstance(v, float) else v for v in summary.values()]
         click.echo(table(list(summary), [shown]))
@@ -134,33 +150,73 @@ def telemetry(
 
 
 _MIN_WAIT_S = 0.001  # the shortest wait PySpark's awaitTermination can send
+_STOP_SIGNALS: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
-def _run_until_stopped(query: StreamingQuery, duration: float | None) -> None:
-    """Wait for ``query`` to end, for ``duration`` seconds or until Ctrl-C, whichever
-    comes first, then stop it. Ctrl-C is taken in hand while the query runs: PySpark's
-    own handler raised KeyboardInterrupt inside a Py4J call and left two screens of
-    tracebacks; a second Ctrl-C quits at once."""
-    interrupted = threading.Event()
+def _run_until_stopped(
+    query: StreamingQuery,
+    duration: float | None,
+    job: TelemetryJob | None = None,
+    grace_s: float = 60.0,
+) -> None:
+    """Wait for ``query`` to end, for ``duration`` seconds or until Ctrl-C or SIGTERM,
+    whichever comes first, then stop it between micro-batches (``TelemetryJob.stop``:
+    the running one may finish within ``grace_s``; without ``job``, ``query.stop()``
+    at once). Signals are taken in hand while the query runs: PySpark's own handler
+    raised KeyboardInterrupt inside a Py4J call and left two screens of tracebacks. A
+    second signal cuts the running batch short, a third quits at once."""
+    asked: list[str] = []  # the signals received, by name
+    first = threading.Event()
+    stopping = threading.Event()
+    cut_now = threading.Event()
 
-    def on_interrupt(signum: int, frame: FrameType | None) -> None:
-        interrupted.set()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        progress("stopping the telemetry job (Ctrl-C again quits at once)")
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        asked.append(_STOP_SIGNALS.get(signum, f"signal {signum}"))
+        if first.is_set() or stopping.is_set():
+            cut_now.set()
+            for sig in _STOP_SIGNALS:  # the next one quits at once
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                              else signal.SIG_DFL)  # fmt: skip
+            progress("cutting the running batch short (Ctrl-C again quits at once)")
+        first.set()
 
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     try:
         deadline = None if duration is None else time.monotonic() + duration
-        while not interrupted.is_set():
+        reason = ""
+        while not first.is_set():
             wait = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
             # PySpark sends int(wait * 1000) milliseconds, and Spark refuses 0 ("Timeout
             # has to be positive"): less than a millisecond left is the end. Seconds as
             # a float work; the stub says int.
-            if wait < _MIN_WAIT_S or query.awaitTermination(wait):  # type: ignore[arg-type]
+            if wait < _MIN_WAIT_S:
+                reason = f"--duration {duration:g}s reached"
                 break
-        query.stop()
+            if query.awaitTermination(wait):  # type: ignore[arg-type]
+                return  # ended by itself (--available-now done)
+        if first.is_set():
+            reason = f"{asked[0]} received"
+        stopping.set()
+        if job is None:
+            query.stop()
+        else:
+            job.stop(query, grace_s=grace_s, reason=reason, cut_now=cut_now, say=progress)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _this_run(job: TelemetryJob) -> str:
+    """What this run stored (the summary table below it counts every run's)."""
+    stats = job.stats
+    line = (
+        f"this run: {stats['batches']} micro-batch{'' if stats['batches'] == 1 else 'es'}, "
+        f"{stats['rows']:,} records, {stats['inserted']:,} stored, "
+        f"{stats['dlq_sent']:,} dead letters sent"
+    )
+    if stats["replays_skipped"]:
+        line += f", {stats['replays_skipped']} replayed batches skipped"
+    return line + "; the event store, every run:"
 
 
 def _check_directory(path: Path | None, option: str) -> None:

@@ -323,7 +323,9 @@ def replay_dead_letters(
     progress: Callable[[int], None] = lambda _: None,
 ) -> ReplayResult:
     """Send the dlq lane's records back to ``to_lane`` (default: the lane each came
-    from), up to the dead letters present when the run starts.
+    from, as its ``sp-dlq-lane`` header says; the stream's first lane for a record
+    without provenance headers or from a lane the stream no longer has), up to the
+    dead letters present when the run starts.
 
     The run takes each dlq partition's end offset first, and replays only the records
     below it: those that reach the dlq lane meanwhile (a group rejecting what this run

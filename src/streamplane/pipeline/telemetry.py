@@ -36,11 +36,17 @@ checkpoint: the same across restarts of one checkpoint, new for a new checkpoint
 at the same path) and the batch id. A replayed micro-batch (driver restart from the
 checkpoint) does all of this again with the same offsets and changes nothing. Tables
 live under ``--warehouse`` as Delta tables (``<warehouse>/<table>``).
+
+``TelemetryJob.stop`` stops the query between micro-batches: a running batch may finish
+(within a grace period), one Spark plans after the stop was asked for is not started,
+and one the grace period runs out on is cut short, quietly (one line); either is done
+at the next start from the checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -190,6 +196,25 @@ class BatchReport:
         )
 
 
+class BatchNotDone(Exception):
+    """Raised from ``foreachBatch`` while the job stops: the micro-batch was not started
+    (``started`` False) or was cut short. Spark does not commit it; the next start from
+    the checkpoint does it again (the writes are idempotent).
+
+    Its message and traceback are kept short on purpose: once a query is stopped, Spark
+    matches a regular expression over the message of the error foreachBatch returns,
+    and over the Java trace of a cancelled Spark job (tens of kilobytes) that overflowed
+    the stack of Spark's stream thread: ~1,000 lines of ``java.lang.StackOverflowError``
+    on stderr.
+    """
+
+    def __init__(self, batch_id: int, *, started: bool) -> None:
+        self.batch_id = batch_id
+        self.started = started
+        what = "cut short by the stop" if started else "not started: the job is stopping"
+        super().__init__(f"batch {batch_id} {what}; it is done at the next start")
+
+
 def dimension_frame(spark: Any) -> Any:
     return spark.createDataFrame(list(DIM_SERVICES), "service string, team string, tier string")
 
@@ -223,6 +248,14 @@ class TelemetryJob:
         # id it has recorded; both follow the query that runs the batch.
         self._app_id: str | None = None
         self._done_through: int | None = None
+        # Stopping (``stop``): once asked, a batch Spark starts is refused; once cutting,
+        # the running batch's error (Spark cancelled its jobs) is reported short.
+        self._stopping = threading.Event()
+        self._cutting = threading.Event()
+        # The batch in ``process_batch`` now: (batch id, time.monotonic() at its start).
+        self.running: tuple[int, float] | None = None
+        self.cut_short: int | None = None  # the batch the stop cut short
+        self.not_started: int | None = None  # the batch refused because the job stops
 
     # -------------------------------------------------------------- life cycle
     def prepare(self) -> None:
@@ -249,6 +282,114 @@ class TelemetryJob:
             writer = writer.trigger(processingTime=f"{self.config.trigger_seconds} seconds")
         return writer.start()
 
+    def stop(
+        self,
+        query: Any,
+        *,
+        grace_s: float = 60.0,
+        reason: str = "stop asked",
+        cut_now: threading.Event | None = None,
+        say: Callable[[str], None] = log.info,
+        note_every_s: float = 10.0,
+    ) -> None:
+        """Stop ``query`` (started by ``start``) between micro-batches, quietly.
+
+        A batch running when this is called may finish: ``say`` tells so in one line,
+        then every ``note_every_s`` seconds while it runs. It is cut short once
+        ``grace_s`` has passed (0: at once) or ``cut_now`` is set (a second Ctrl-C):
+        Spark cancels its jobs, its log is silenced meanwhile, and ``say`` tells in one
+        line that the batch is done again at the next start. A batch Spark starts after
+        this was called is refused before it does anything (``not_started``). Raises
+        the query's own error if it failed otherwise meanwhile.
+        """
+        self._stopping.set()
+        spark_log = _SparkLog(self.spark)
+        # A refused batch ends the query with an error of ours: no Spark trace for it;
+        # and Spark warns that a stopped query had no job to cancel.
+        for name in _STOP_LOGGERS:
+            spark_log.silence(name)
+        why_cut = ""
+        try:
+            running = self.running
+            if running is not None and query.isActive:
+                why_cut = self._let_finish(query, running, grace_s, reason, cut_now, say,
+                                           note_every_s)  # fmt: skip
+            else:
+                say(f"{reason}: stopping the telemetry job")
+            if query.isActive and self.running is None:
+                self._wait_for_trigger_end(query)
+            if self.running is not None and query.isActive:
+                self._cutting.set()
+                spark_log.silence("")  # the cancelled jobs' warnings and errors
+            query.stop()
+            spark_log.settle(self.spark)
+        finally:
+            spark_log.restore()
+        if self.cut_short is not None:
+            say(
+                f"batch {self.cut_short} cut short{why_cut}: not committed, it is done again "
+                "at the next start"
+            )
+        elif self.not_started is not None:
+            say(
+                f"batch {self.not_started} not started (Spark planned it as the job "
+                "stopped): it is done at the next start"
+            )
+        else:
+            error = query.exception()
+            if error is not None:
+                raise error
+
+    def _let_finish(
+        self,
+        query: Any,
+        running: tuple[int, float],
+        grace_s: float,
+        reason: str,
+        cut_now: threading.Event | None,
+        say: Callable[[str], None],
+        note_every_s: float,
+    ) -> str:
+        """Wait for the running batch to end, within ``grace_s``; returns why it is to
+        be cut short ("" once it ended)."""
+        batch_id, since = running
+        now = time.monotonic()
+        until = now + grace_s
+        if grace_s <= 0:
+            return f" ({reason}, no grace period)"
+        say(
+            f"{reason}: batch {batch_id} is running ({now - since:.0f}s so far); letting it "
+            f"finish, for up to {grace_s:g}s"
+        )
+        next_note = now + note_every_s
+        while self.running == running and query.isActive:
+            now = time.monotonic()
+            if cut_now is not None and cut_now.is_set():
+                return " on request"
+            if now >= until:
+                return f" (the {grace_s:g}s grace period ran out, {now - since:.0f}s in)"
+            if now >= next_note:
+                next_note = now + note_every_s
+                say(
+                    f"still waiting for batch {batch_id}: {now - since:.0f}s in, "
+                    f"{until - now:.0f}s of the grace period left"
+                )
+            time.sleep(0.1)
+        return ""
+
+    @staticmethod
+    def _wait_for_trigger_end(query: Any, timeout_s: float = 10.0) -> None:
+        """Wait (bounded) until Spark has committed the batch that just ended: stopped
+        then, the query ends between two batches."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and query.isActive:
+            try:
+                if not query.status["isTriggerActive"]:
+                    return
+            except Exception:  # the query ended meanwhile
+                return
+            time.sleep(0.05)
+
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()
@@ -269,9 +410,25 @@ class TelemetryJob:
 
     # -------------------------------------------------------------- the batch
     def process_batch(self, batch: Any, batch_id: int) -> None:
-        """One micro-batch; a batch id this query has already recorded is skipped."""
+        """One micro-batch; a batch id this query has already recorded is skipped.
+
+        While the job stops (``stop``), a new batch raises ``BatchNotDone`` before doing
+        anything, and so does the running one once the stop cuts it short."""
+        if self._stopping.is_set():
+            self.not_started = batch_id
+            raise BatchNotDone(batch_id, started=False)
         started = time.monotonic()
-        report = self._process(batch, batch_id)
+        self.running = (batch_id, started)
+        try:
+            report = self._process(batch, batch_id)
+        except Exception:
+            if not self._cutting.is_set():
+                raise
+            self.cut_short = batch_id
+            # ``from None``: the cancelled Spark job's trace stays out of the message.
+            raise BatchNotDone(batch_id, started=True) from None
+        finally:
+            self.running = None
         if report is None:
             return
         report = replace(report, seconds=time.monotonic() - started)
@@ -557,6 +714,66 @@ class TelemetryJob:
             "app_id string, " + ", ".join(f"{c} long" for c in columns),
         ).withColumn("processed_at", F.current_timestamp())
         self._append_once("batches", row, report.batch_id)
+
+
+# Silenced while the job stops: Spark's streaming execution, which logs a query's error
+# with its trace (4.0: ``…streaming.MicroBatchExecution``, 4.2:
+# ``…streaming.runtime.MicroBatchExecution``), and the scheduler, which warns "Failed to
+# cancel job group …" whenever a stopped query has no job running.
+_STOP_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming",
+    "org.apache.spark.scheduler.DAGScheduler",
+)
+
+
+class _SparkLog:
+    """Silences Spark's (log4j 2) loggers for a while, then puts their levels back.
+
+    Best effort: a driver without log4j 2 reachable through Py4J keeps its log."""
+
+    def __init__(self, spark: Any) -> None:
+        self._saved: dict[str, Any] = {}
+        try:
+            jvm = spark.sparkContext._jvm
+            self._configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+            self._manager = jvm.org.apache.logging.log4j.LogManager
+            self._off = jvm.org.apache.logging.log4j.Level.OFF
+        except Exception:
+            self._configurator = None
+
+    def silence(self, name: str) -> None:
+        """Turn logger ``name`` off ("" is the root logger)."""
+        if self._configurator is None or name in self._saved:
+            return
+        try:
+            logger = self._manager.getRootLogger() if not name else self._manager.getLogger(name)
+            self._saved[name] = logger.getLevel()
+            self._configurator.setLevel(name, self._off)
+        except Exception:
+            log.debug("cannot silence Spark's logger %r", name, exc_info=True)
+
+    def settle(self, spark: Any, timeout_s: float = 5.0) -> None:
+        """Wait (bounded) for what Spark logs after a query has stopped: the scheduler
+        handles the stop's job-group cancellation on its own thread (and warns when
+        there was no job), and cancelled jobs report their tasks killed."""
+        if not self._saved:
+            return
+        deadline = time.monotonic() + timeout_s
+        try:
+            tracker = spark.sparkContext.statusTracker()
+            while tracker.getActiveJobsIds() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except Exception:
+            pass
+        time.sleep(1.0)
+
+    def restore(self) -> None:
+        for name, level in reversed(list(self._saved.items())):
+            try:
+                self._configurator.setLevel(name, level)
+            except Exception:
+                log.debug("cannot restore Spark's logger %r", name, exc_info=True)
+        self._saved.clear()
 
 
 class _Clock:
