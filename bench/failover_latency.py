@@ -101,11 +101,8 @@ def main() -> None:
             calls.append(time.monotonic() - commanded)
             while producer.epoch < table.epoch:
                 time.sleep(0.001)
-            # The first routing the producer took at or after the change (a seal right
-            # after it can make the watch answer with a later epoch directly).
-            switched = min(
-                t for epoch, t in producer.epoch_switch_times.items() if epoch >= table.epoch
-            )
+            switched = producer.switched_at(table.epoch)
+            assert switched is not None  # its epoch is at or past the change
             latencies.append(switched - commanded)
             changed = client.epoch_changed_at("bench-failover", table.epoch)
             if changed is None:

@@ -126,8 +126,10 @@ def _stream_demo(cp: ControlPlaneProcess, records: int, rate: int) -> None:
             if i == records // 2:
                 failover_at = time.monotonic()
                 new_epoch = client.failover(STREAM, "local-b", reason="demo: live failover").epoch
-            if failover_at is not None and switch_s is None and producer.epoch >= new_epoch:
-                switch_s = producer.epoch_switch_times[new_epoch] - failover_at
+            if failover_at is not None and switch_s is None:
+                switched = producer.switched_at(new_epoch)
+                if switched is not None:
+                    switch_s = switched - failover_at
         producer.flush()
     produced_s = time.monotonic() - started
     poison = len(range(0, records, POISON_EVERY))
@@ -219,14 +221,14 @@ def _pipeline_demo(cp: ControlPlaneProcess, data_dir: Path, records: int, rate: 
             second = produce(
                 producer, iter(generated[half:]), rate=rate, duplicate_ratio=0.002, seed=8
             )
-            switched = producer.epoch_switch_times.get(epoch)
+            switched = producer.switched_at(epoch)
         produced_s = time.monotonic() - started
         progress("waiting for the telemetry job to store everything")
         query.processAllAvailable()
         summary = store_summary(spark, warehouse)
     finally:
         lag.stop()
-        query.stop()
+        job.stop(query, reason="the run is over", say=progress)  # between micro-batches
         job.close()
         spark.stop()
     produced = first.produced + second.produced

@@ -371,6 +371,13 @@ class StreamProducer:
         """The routing epoch this producer writes with (0 before ``open``)."""
         return self._epoch
 
+    def switched_at(self, epoch: int) -> float | None:
+        """When (monotonic seconds) this producer started writing with the routing of
+        ``epoch`` or a later one; None if it has not yet. Routing changes in quick
+        succession (a failover, then a seal) may reach it as one: it then never wrote
+        with ``epoch`` itself, only with the later table."""
+        return min((t for e, t in self.epoch_switch_times.items() if e >= epoch), default=None)
+
     @property
     def routing(self) -> RoutingTable:
         return self._watcher.table

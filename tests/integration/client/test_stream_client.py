@@ -211,7 +211,9 @@ def test_routing_change_while_producing(control_plane: Any, stream_factory: Any)
             producer.send(str(sent).encode())
             sent += 1
             time.sleep(0.001)
-        switch_s = producer.epoch_switch_times[table.epoch] - changed_at
+        switched = producer.switched_at(table.epoch)
+        assert switched is not None, "the producer never took the new routing"
+        switch_s = switched - changed_at
         for _ in range(2000):
             producer.send(str(sent).encode())
             sent += 1

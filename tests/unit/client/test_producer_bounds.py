@@ -183,3 +183,14 @@ def test_a_producer_closed_before_it_was_opened_is_not_opened_by_send() -> None:
             call()
     assert control_plane.calls == []
     assert producer._watcher._thread is None and producer.heartbeat._thread is None
+
+
+def test_switched_at_is_the_first_routing_at_or_after_an_epoch() -> None:
+    """Routing changes in quick succession (a failover at epoch 10, a seal at 11) can reach
+    a producer as one table: it never writes with epoch 10 itself. Benchmarks and the main
+    job looked up ``epoch_switch_times[10]`` and failed with a KeyError."""
+    producer = StreamProducer("s", None)  # type: ignore[arg-type]
+    producer.epoch_switch_times.update({1: 100.0, 9: 200.0, 11: 300.0})
+    assert producer.switched_at(10) == 300.0
+    assert producer.switched_at(9) == 200.0
+    assert producer.switched_at(12) is None
