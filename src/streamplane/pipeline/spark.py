@@ -86,6 +86,9 @@ def build_session(
         "spark.pyspark.driver.python": sys.executable,
         **DELTA_CONF,
         **(SMALL_CONF if small else {}),
+        # Plans of the telemetry job's wide rows print more than Spark's 25 fields: it
+        # warned "Truncated the string representation of a plan" at every start.
+        "spark.sql.debug.maxToStringFields": "200",
     }
     if warehouse is not None:
         settings["spark.sql.warehouse.dir"] = str(warehouse)
