@@ -95,6 +95,14 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
     rows = [
         [
             f"{d.topic}[{d.partition}]@{d.offset}",
+            "-",
+            "(no provenance: written to the dlq lane directly)",
+            "-",
+            "",
+        ]
+        if not d.provenance
+        else [
+            f"{d.topic}[{d.partition}]@{d.offset}",
             _one_line(d.provenance.get("lane", "?")),
             _one_line(
                 f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"

@@ -99,3 +99,22 @@ def test_the_table_has_one_line_per_record(listed: Any) -> None:
     assert lines[-1] == "6 records"
     assert lines[2 + 5].endswith("bad\\nnewline ☃ \\r\\tand a tab")
     assert lines[2 + 5].startswith(f"{TOPIC}[0]@5 ")
+
+
+def test_a_letter_without_provenance_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record written to the dlq lane directly (no provenance headers) was listed as
+    `?  ?[?]@?  ?` (an exploratory run)."""
+
+    @contextmanager
+    def connect(url: str, token: str | None) -> Iterator[object]:
+        yield object()
+
+    bare = DeadLetter("local-a", TOPIC, 0, 7, None, b"x", {})
+    monkeypatch.setattr(cli_dlq, "connect", connect)
+    monkeypatch.setattr(
+        cli_dlq, "list_dead_letters", lambda client, stream, limit: DlqListing([bare], [])
+    )
+    result = CliRunner().invoke(cli_dlq.dlq, ["list", "s"])
+    assert result.exit_code == 0, result.output
+    row = result.output.splitlines()[2]
+    assert "(no provenance: written to the dlq lane directly)" in row and "?" not in row
