@@ -2,7 +2,8 @@
 
 ``infra/postgres/ensure.sh`` installs PostgreSQL from Debian's packages if it is missing,
 then initialises a cluster in a fresh directory and starts it on a free loopback port
-(as the ``postgres`` user when run as root). ``pg_url`` gives each test its own database.
+(as the ``postgres`` user when run as root). ``pg_url`` gives each test its own database;
+``replica_pair(*extra_args)`` two control-plane replicas over it (not started).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
-from streamplane.local.control_plane_process import free_port
+from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
 
 ENSURE = Path(__file__).resolve().parents[3] / "infra" / "postgres" / "ensure.sh"
 
@@ -56,3 +57,30 @@ def pg_url(postgres_server: str) -> Iterator[str]:
     yield admin.set(database=name).render_as_string(hide_password=False)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def replica_pair(tmp_path: Path, pg_url: str) -> Iterator[Callable[..., list[ControlPlaneProcess]]]:
+    """``replica_pair(*extra_args)``: two control-plane replicas over ``pg_url`` with one
+    API token and ``serve``'s ``extra_args``, not started; stopped after the test."""
+    procs: list[ControlPlaneProcess] = []
+
+    def make(*extra_args: str) -> list[ControlPlaneProcess]:
+        token = f"tok-{uuid.uuid4().hex}"
+        procs.extend(
+            ControlPlaneProcess(
+                tmp_path / f"replica-{i}",
+                token=token,
+                db_url=pg_url,
+                extra_args=extra_args,
+                log_level="info",
+            )
+            for i in range(2)
+        )
+        return procs
+
+    try:
+        yield make
+    finally:
+        for p in procs:
+            p.stop()

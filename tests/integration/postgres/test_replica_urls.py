@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -30,17 +29,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, pg_url: str) -> Iterator[list[ControlPlaneProcess]]:
-    token = f"tok-{uuid.uuid4().hex}"
-    procs = [
-        ControlPlaneProcess(tmp_path / f"replica-{i}", token=token, db_url=pg_url, log_level="info")
-        for i in range(2)
-    ]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.stop()
+def replicas(replica_pair: Callable[..., list[ControlPlaneProcess]]) -> list[ControlPlaneProcess]:
+    return replica_pair()
 
 
 def leads(cp: ControlPlaneProcess) -> bool:

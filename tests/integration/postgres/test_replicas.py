@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -16,23 +15,8 @@ from tests.waiting import wait_for
 
 
 @pytest.fixture
-def replicas(tmp_path: Path, pg_url: str) -> Iterator[list[ControlPlaneProcess]]:
-    token = f"tok-{uuid.uuid4().hex}"
-    procs = [
-        ControlPlaneProcess(
-            tmp_path / f"replica-{i}",
-            token=token,
-            db_url=pg_url,
-            extra_args=("--health", "--no-health-failover"),
-            log_level="info",
-        )
-        for i in range(2)
-    ]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.stop()
+def replicas(replica_pair: Callable[..., list[ControlPlaneProcess]]) -> list[ControlPlaneProcess]:
+    return replica_pair("--health", "--no-health-failover")
 
 
 def overview(cp: ControlPlaneProcess) -> dict[str, object]:
