@@ -27,10 +27,11 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from confluent_kafka import KafkaError as ConfluentKafkaError
 from confluent_kafka import (
     KafkaException,
     Producer,
@@ -185,10 +186,17 @@ class KafkaClusterIO:
                     failed[msg.partition()] = str(err.str())
 
             value = str(time.time()).encode()
-            for partition in partitions:
-                self._producer.produce(
-                    HEALTH_TOPIC, value, partition=partition, on_delivery=delivered
+            unknown = self._produce_each(partitions, value, delivered)
+            if unknown:
+                # Partitions added since the producer last read the topic (a broker joined,
+                # or another replica added them): it refused them at once ("Unknown
+                # partition") and would until its next metadata refresh (5 minutes), and the
+                # probe failed whole: a healthy cluster read as down and was failed over.
+                refresh_metadata(
+                    self._producer, max(0.05, deadline - time.monotonic()), HEALTH_TOPIC
                 )
+                for partition in self._produce_each(unknown, value, delivered):
+                    failed[partition] = "unknown partition (the producer's metadata is stale)"
             left = self._producer.flush(max(0.05, deadline - time.monotonic()))
             if left:
                 self._producer.purge()
@@ -207,6 +215,23 @@ class KafkaClusterIO:
             if left:
                 raise KafkaError(f"produce to {HEALTH_TOPIC}: no acknowledgement in {timeout:g}s")
             raise KafkaError(f"produce to {HEALTH_TOPIC}: {errors[0]}")
+
+    def _produce_each(
+        self, partitions: list[int], value: bytes, delivered: Callable[[Any, Any], None]
+    ) -> list[int]:
+        """Write ``value`` to each partition of the health topic; the partitions the
+        producer refused as unknown to it (its metadata predates them)."""
+        unknown = []
+        for partition in partitions:
+            try:
+                self._producer.produce(
+                    HEALTH_TOPIC, value, partition=partition, on_delivery=delivered
+                )
+            except KafkaException as exc:
+                if exc.args[0].code() != ConfluentKafkaError._UNKNOWN_PARTITION:
+                    raise
+                unknown.append(partition)
+        return unknown
 
     def _create_health_topic(self, brokers: int, timeout: float) -> None:
         from confluent_kafka.admin import NewTopic

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -322,12 +322,16 @@ def await_future(future: Any, timeout: float, what: str, waited_s: float | None 
 STALE_LEADER_EPOCH = frozenset({"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"})
 
 
-def refresh_metadata(admin: AdminClient, timeout: float) -> None:
-    """Ask for the cluster's metadata, so the admin client's cache learns the current
-    leaders and their epochs. librdkafka (2.16) sends ListOffsets with the leader epoch
-    it cached and, when a broker restart has bumped it, fails with FENCED_LEADER_EPOCH
-    without ever refreshing by itself: measured, an AdminClient kept failing for 60 s
-    after the broker was back (a new client answered at once), and one metadata request
-    made the next ListOffsets answer. Best effort: a failure is left to the next call."""
+def refresh_metadata(
+    client: AdminClient | Producer, timeout: float, topic: str | None = None
+) -> None:
+    """Ask for the cluster's metadata (of ``topic``, or all), so the client's cache
+    learns the current leaders, their epochs and the partitions. librdkafka (2.16) sends
+    ListOffsets with the leader epoch it cached and, when a broker restart has bumped it,
+    fails with FENCED_LEADER_EPOCH without ever refreshing by itself: measured, an
+    AdminClient kept failing for 60 s after the broker was back (a new client answered
+    at once), and one metadata request made the next ListOffsets answer. A producer
+    refuses a partition added since it last read the topic until its next periodic
+    refresh (5 minutes). Best effort: a failure is left to the next call."""
     with contextlib.suppress(KafkaException):
-        admin.list_topics(timeout=timeout)
+        client.list_topics(topic, timeout=timeout)

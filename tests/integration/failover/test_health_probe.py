@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from streamplane.controlplane.cluster_io import HEALTH_TOPIC, KafkaClusterIO
 from streamplane.exceptions import KafkaError
@@ -63,5 +63,49 @@ def test_one_broker_of_three_down_leaves_the_cluster_taking_writes(
         finally:
             rack_local_fleet.start_broker("racked", victim)
             wait_healthy(rack_local_fleet.descriptor().cluster("racked"), timeout_s=120)
+    finally:
+        io.close()
+
+
+def test_a_health_partition_added_since_the_last_probe_does_not_fail_it(
+    rack_cluster: ClusterInfo,
+) -> None:
+    """A broker joining a cluster: the probe adds a health partition for it, and its
+    producer, whose metadata predates the partition, refused the next probe's write to it
+    at once ("Unknown partition") until its periodic metadata refresh: the whole probe
+    failed for ~5 minutes, the cluster read as down, and its streams were failed over
+    (an exploratory run, after `local add-broker`). Here another replica adds the
+    partition (the same for the probe's producer)."""
+    io = KafkaClusterIO(rack_cluster.bootstrap, probe_timeout=1.0)
+    admin = AdminClient({"bootstrap.servers": rack_cluster.bootstrap, **QUIET})
+    try:
+
+        def clean_probe() -> bool:
+            try:
+                return io.probe(1.0) is None
+            except KafkaError:
+                return False
+
+        wait_for("a clean probe", clean_probe, 60, every=0.5)
+        topic = admin.list_topics(HEALTH_TOPIC, timeout=10).topics[HEALTH_TOPIC]
+        count = len(topic.partitions) + 1
+        fut = admin.create_partitions([NewPartitions(HEALTH_TOPIC, count)])[HEALTH_TOPIC]
+        fut.result(timeout=10)
+        wait_for(
+            "the new partition in the cluster's metadata",
+            lambda: (
+                len(admin.list_topics(HEALTH_TOPIC, timeout=10).topics[HEALTH_TOPIC].partitions)
+                == count
+            ),
+            30,
+        )
+        outcomes = []
+        for _ in range(3):
+            try:
+                outcomes.append(io.probe(2.0))
+            except Exception as exc:  # the cluster would have counted as failing
+                outcomes.append(f"failed: {exc}")
+        assert not [o for o in outcomes if o is not None and o.startswith("failed")], outcomes
+        assert outcomes[-1] is None, outcomes  # every partition, the new one too, took a write
     finally:
         io.close()
