@@ -425,14 +425,17 @@ def apply_checked(
     except Exception:
         click.echo(f"apply failed: {_ended(executor, checked, throttle, same)}", err=True)
         raise
+    cleanup, throttles = _end_throttles(throttle, same)
+    # The last line of a clean end says what became of the throttles too.
+    ended = throttles if cleanup is not None and not cleanup.left else ""
     if no_wait:
         resumed = f" ({len(report.resumed)} already running)" if report.resumed else ""
-        click.echo(f"submitted {len(report.submitted)} reassignment(s){resumed}")
+        click.echo(f"submitted {len(report.submitted)} reassignment(s){resumed}{ended}")
     else:
-        click.echo(f"{len(report.completed)} partition(s) reassigned in {report.elapsed:.1f}s")
+        done = f"{len(report.completed)} partition(s) reassigned in {report.elapsed:.1f}s"
+        click.echo(done + ended)
     for key, err in sorted(report.failed.items()):
         click.echo(f"failed: {key[0]}-{key[1]}: {err}", err=True)
-    cleanup, throttles = _end_throttles(throttle, same)
     if report.failed:
         raise ConfigError(
             f"{len(report.failed)} partition(s) were refused by the cluster{throttles}"

@@ -53,6 +53,8 @@ def test_a_failing_throttle_step_is_reported_once_and_the_copy_goes_on(
     result = cli("ops", "apply", str(plan), *FAST, *THROTTLED, "--state-file", str(state), "--yes")
     assert result.code == 0, result.err
     assert "1 partition(s) reassigned" in result.out
+    # The last line says what became of the throttles (it said nothing on success).
+    assert result.out.splitlines()[-1].endswith("; throttles removed"), result.out
     assert result.err.count("warning: throttle step failed") == 1, result.err
     assert "UnknownBrokerIdError: 3" in result.err and "throttle steps work again" in result.err
     assert admin.replicas[("orders", 0)] == (4, 2, 3)
