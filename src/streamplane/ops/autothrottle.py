@@ -239,7 +239,11 @@ class Autothrottle:
             return Cleanup()
         self._state = state
         cleanup = self._restore_all()
-        self._log(f"recovered {len(cleanup.removed)} throttled resource(s) left by an earlier run")
+        # Also the path of `ops apply --cancel`, while the apply that set them may still run.
+        self._log(
+            f"removed the throttles of {len(cleanup.removed)} resource(s) recorded in "
+            f"{self.params.state_file}"
+        )
         return cleanup
 
     def take_over(self) -> list[str]:
