@@ -129,19 +129,14 @@ class ControlPlaneClient:
         params = {"force": "true"} if force else None
 
         def made_before(exc: ControlPlaneError) -> Any:
-            # An attempt that may have reached a replica before: a 409 is ours if the
-            # cluster registered is what we asked for.
-            if isinstance(exc, Conflict):
-                try:
-                    doc = self.get_cluster(name)
-                except ControlPlaneError:
-                    raise exc from None
-                if _same_bootstrap(doc.get("bootstrap"), bootstrap) and doc.get("tags") == dict(
-                    tags or {}
-                ):
-                    return doc
-                raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
-            raise exc
+            return _made_by_earlier_attempt(
+                exc,
+                lambda: self.get_cluster(name),
+                lambda doc: (
+                    _same_bootstrap(doc.get("bootstrap"), bootstrap)
+                    and doc.get("tags") == dict(tags or {})
+                ),
+            )
 
         return self._json(  # type: ignore[no-any-return]
             "POST", "/v1/clusters", json=body, params=params, retry="any", settle=made_before
@@ -200,18 +195,9 @@ class ControlPlaneClient:
         }
 
         def made_before(exc: ControlPlaneError) -> Any:
-            # An attempt that may have reached a replica before: a 409 is ours if the
-            # stream there is exactly what we asked for.
-            if isinstance(exc, Conflict):
-                try:
-                    doc = self.describe_stream(name)
-                except ControlPlaneError:
-                    raise exc from None
-                if _stream_is(doc, body):
-                    log.info("stream %r was created by an earlier attempt", name)
-                    return doc
-                raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
-            raise exc
+            return _made_by_earlier_attempt(
+                exc, lambda: self.describe_stream(name), lambda doc: _stream_is(doc, body)
+            )
 
         doc = self._json(
             "POST",
@@ -629,6 +615,25 @@ def _path_only(path: str) -> str:
 _EARLIER_ATTEMPT = (
     "(an earlier attempt of this request, at a replica that then failed, may have made it)"
 )
+
+
+def _made_by_earlier_attempt(
+    exc: ControlPlaneError,
+    fetch: Callable[[], dict[str, Any]],
+    same: Callable[[dict[str, Any]], bool],
+) -> dict[str, Any]:
+    """A creation refused after an attempt that may have reached a replica (``settle``):
+    a 409 is ours when what exists (``fetch()``) is exactly what was asked (``same``)."""
+    if not isinstance(exc, Conflict):
+        raise exc
+    try:
+        doc = fetch()
+    except ControlPlaneError:
+        raise exc from None
+    if same(doc):
+        log.info("%s was created by an earlier attempt", doc.get("name", "it"))
+        return doc
+    raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
 
 
 def _gone_is_done(exc: ControlPlaneError) -> Any:
