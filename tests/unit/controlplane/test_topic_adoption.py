@@ -10,6 +10,7 @@ RF 1, a one-minute retention and CreateTime timestamps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from streamplane.controlplane import service as service_module
 from streamplane.controlplane.cluster_io import TopicDescription
-from streamplane.controlplane.service import StreamSpec, topic_config
+from streamplane.controlplane.service import ControlPlaneService, StreamSpec, topic_config
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import (
     AUTH,
@@ -125,6 +126,22 @@ def _another_replica_fails_over_first(
 ) -> None:
     """This replica's next topic creation finds the stream failed over to local-b by
     another replica (same database) just before: its topic made and its routing saved."""
+    _another_replica_first(
+        db_url,
+        kafka,
+        monkeypatch,
+        lambda other: other.failover("orders", "local-b", ["realtime"], actor="other-replica"),
+    )
+
+
+def _another_replica_first(
+    db_url: str,
+    kafka: StubKafka,
+    monkeypatch: pytest.MonkeyPatch,
+    act: Callable[[ControlPlaneService], object],
+) -> None:
+    """Before this replica's next topic creation, another replica (same database) does
+    ``act``."""
     original = StubAdmin.create_topics
     done: list[bool] = []
 
@@ -133,7 +150,7 @@ def _another_replica_fails_over_first(
             done.append(True)
             other = make_service(db_url, kafka)
             try:
-                other.failover("orders", "local-b", ["realtime"], actor="other-replica")
+                act(other)
             finally:
                 other.close()
         return original(self, topics, timeout)
@@ -194,20 +211,14 @@ def test_losing_a_concurrent_create_is_a_409(
         raise NOT_LEADER
 
     monkeypatch.setattr(StubAdmin, "end_offsets", not_open_yet)
-    original = StubAdmin.create_topics
-    done: list[bool] = []
-
-    def create_topics(self: StubAdmin, topics: Any, timeout: float = 30.0) -> Any:
-        if not done:
-            done.append(True)
-            other = make_service(db_url, kafka)
-            try:
-                other.create_stream(StreamSpec(name="orders", cluster="local-a"), "other-replica")
-            finally:
-                other.close()
-        return original(self, topics, timeout)
-
-    monkeypatch.setattr(StubAdmin, "create_topics", create_topics)
+    _another_replica_first(
+        db_url,
+        kafka,
+        monkeypatch,
+        lambda other: other.create_stream(
+            StreamSpec(name="orders", cluster="local-a"), "other-replica"
+        ),
+    )
     resp = http.post("/v1/streams", json={"name": "orders", "cluster": "local-a"}, headers=AUTH)
     assert resp.status_code == 409, resp.text
     assert resp.json()["detail"] == "stream 'orders' already exists"
