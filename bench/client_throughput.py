@@ -1,7 +1,8 @@
 """StreamProducer and StreamConsumer against raw confluent-kafka on the same cluster.
 
     .venv/bin/python bench/client_throughput.py [--records 200000] [--runs 3]
-        [--poison-records 1000000] [--only produce|consume|poison]
+        [--poison-records 1000000] [--io-records 100000]
+        [--only produce|consume|poison|poison-waiting]
         [--pills retried|rejected]
 
 - produce: 1 KiB values, StreamProducer vs a raw confluent-kafka Producer with the same
@@ -14,7 +15,10 @@
   non_retryable=...)`` does for an error no retry can cure);
   good-record throughput vs the clean run, with three handlers: a trivial one (the
   record is a number), a JSON log event to decode, and an indexer's (decode the event,
-  enrich it, encode it again), target >= 0.95x. A pill runs its handler once per
+  enrich it, encode it again), target >= 0.95x; and a fourth, a handler that waits on
+  a service (a 2 ms call per attempt, pills included: the call is made and its answer
+  refused) run by ``run(handler, concurrency=16)`` (``--io-records``, 100,000 by
+  default), where what a pill costs is its retries' calls. A pill runs its handler once per
   attempt (3 here), so the ratio cannot pass ~0.97 whatever the client does, and the
   lighter the handler, the larger the client's own share of a pill; then the
   same two consumers interleaved (open together, turns of 5,000 good records each; at
@@ -39,6 +43,7 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import time
 import uuid
 import zlib
@@ -422,6 +427,66 @@ def compare_consume(stack: Stack, admin: KafkaAdmin, bootstrap: str, n: int, run
     )
 
 
+IO_WAIT_S = 0.002  # the waiting handler's service call, per attempt
+IO_CONCURRENCY = 16
+
+
+class Refused(Exception):
+    """The waiting handler's service refused a poison pill."""
+
+
+def waiting_consume(stack: Stack, stream: str, n: int, poison_every: int = 0) -> float:
+    """Good records handled per second by ``run(handler, concurrency=IO_CONCURRENCY)``
+    with a handler that waits IO_WAIT_S on every attempt (a service call; a pill's call
+    is refused and raises, so it is nacked, retried, then dead-lettered), from the first
+    record handled to the last good one."""
+    target = good_records(n, poison_every)
+    lock = threading.Lock()
+    stop = threading.Event()
+    good = 0
+    first = last = 0.0
+
+    def handler(m: StreamMessage) -> None:
+        nonlocal good, first, last
+        number = number_of(m.value)
+        if not first:
+            first = time.perf_counter()
+        time.sleep(IO_WAIT_S)
+        if poison_every and number % POISON_EVERY == 0:
+            raise Refused(f"record {number} refused")
+        with lock:
+            good += 1
+            if good >= target:
+                last = time.perf_counter()
+                stop.set()
+
+    with bench_consumer(stack, stream, "io") as c:
+        c.run(handler, concurrency=IO_CONCURRENCY, stop=stop)
+    return good / (last - first)
+
+
+def compare_waiting_poison(stack: Stack, n: int, runs: int) -> None:
+    """1% retried pills with the waiting handler: good records per second against the
+    clean run (the same stream, one group per run)."""
+    stream = f"bench-poison-io-{uuid.uuid4().hex[:6]}"
+    stack.client.create_stream(stream, "local-a", partitions=PARTITIONS)
+    with StreamProducer(stream, stack.client) as p:
+        for i in range(n):
+            p.send(number_record(i), key=str(i).encode())
+    clean, poisoned, ratio, ratios = median_pair(
+        runs,
+        lambda: waiting_consume(stack, stream, n),
+        lambda: waiting_consume(stack, stream, n, poison_every=POISON_EVERY),
+    )
+    print(
+        f"good-record throughput x {n}, waiting handler ({IO_WAIT_S * 1000:.0f} ms service "
+        f"call per attempt, run(concurrency={IO_CONCURRENCY})): clean {clean:,.0f} rec/s, "
+        f"1% poison (retried, then dead-lettered) {poisoned:,.0f} rec/s -> ratio "
+        f"{ratio:.2f} (target >= 0.95; 3% of the calls go to pills' three attempts: ~0.97 "
+        f"at best); {pairs(ratios)}"
+    )
+
+
 def compare_poison(stack: Stack, n: int, runs: int, reject_pills: bool) -> None:
     """1% of records fail every attempt (nacked, retried twice, then dead-lettered; or,
     with ``reject_pills``, rejected at once), with three handlers: a trivial one (the
@@ -471,7 +536,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--poison-records", type=int, default=1_000_000)
     ap.add_argument(
-        "--only", choices=["produce", "consume", "poison"], help="run one comparison only"
+        "--io-records", type=int, default=100_000, help="poison: the waiting handler's run"
+    )
+    ap.add_argument(
+        "--only",
+        choices=["produce", "consume", "poison", "poison-waiting"],
+        help="run one comparison only (poison-waiting: the waiting handler's row of poison)",
     )
     ap.add_argument(
         "--pills",
@@ -490,6 +560,8 @@ def main() -> None:
             compare_consume(stack, admin, bootstrap, args.records, args.runs)
         if "poison" in wanted:
             compare_poison(stack, args.poison_records, args.runs, args.pills == "rejected")
+        if wanted & {"poison", "poison-waiting"} and args.pills == "retried":
+            compare_waiting_poison(stack, args.io_records, args.runs)
 
 
 if __name__ == "__main__":
