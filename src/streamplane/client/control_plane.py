@@ -15,7 +15,9 @@ only if doing it twice is harmless or recognised: reads, heartbeats, reports, de
 exactly what was asked means the first attempt made it), a failover without a
 partition count (a 400 "nothing to move" means it happened), a segment transition
 (the segment already in the state asked for). A failover with a partition count is
-never sent twice: a repeat would make another epoch.
+never sent twice: a repeat would make another epoch. A routing long poll whose
+replica stops answering (a stopped process holds it until its read timeout) is left as
+soon as another request (a producer's or a member's heartbeat) moves the client on.
 
 Errors, always one line:
 
@@ -34,7 +36,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -61,6 +63,7 @@ log = logging.getLogger(__name__)
 # When a request may be sent to another replica after one failed: "any" failure, or
 # only one that surely did not reach the control plane's logic ("unsent").
 Retry = Literal["any", "unsent"]
+T = TypeVar("T")
 
 
 class ControlPlaneClient:
@@ -85,6 +88,10 @@ class ControlPlaneClient:
         self._http = httpx.Client(headers=headers, timeout=timeout)
         self._current = 0  # the replica requests go to first (sticky)
         self._lock = threading.Lock()
+        # Told each move to another replica, with the thread whose request moved (a
+        # long poll is left when another request finds its replica gone: _long_poll).
+        self._moved = threading.Condition(self._lock)
+        self._moved_by = 0
 
     @property
     def url(self) -> str:
@@ -232,14 +239,22 @@ class ControlPlaneClient:
 
     def watch_routing(self, stream: str, after_epoch: int, timeout: float = 25.0) -> RoutingTable:
         """Long poll: the table once its epoch is above ``after_epoch``, or after ``timeout``
-        seconds the current table (whose epoch may still equal ``after_epoch``)."""
-        doc = self._json(
-            "GET",
-            f"/v1/streams/{_seg(stream)}/routing",
-            params={"after_epoch": after_epoch, "timeout": timeout},
-            timeout=max(self.timeout, timeout + WATCH_SLACK),
-        )
-        return self._routing(doc)
+        seconds the current table (whose epoch may still equal ``after_epoch``). With
+        several replicas, a poll whose replica the client's other requests found gone
+        is left, and the table asked of the replica they moved to (``_long_poll``)."""
+
+        def poll() -> RoutingTable:
+            doc = self._json(
+                "GET",
+                f"/v1/streams/{_seg(stream)}/routing",
+                params={"after_epoch": after_epoch, "timeout": timeout},
+                timeout=max(self.timeout, timeout + WATCH_SLACK),
+            )
+            return self._routing(doc)
+
+        if len(self.urls) == 1:
+            return poll()
+        return self._long_poll(poll, lambda: self.routing(stream))
 
     def failover(
         self,
@@ -523,6 +538,39 @@ class ControlPlaneClient:
             raise ControlPlaneError(message, status=answered[-1].status)
         raise ControlPlaneUnavailable(message) from failures[-1][2].__cause__
 
+    def _long_poll(self, poll: Callable[[], T], instead: Callable[[], T]) -> T:
+        """``poll()`` (a long poll), run on a thread of its own and waited for, unless a
+        request of another thread moves the client off the replica it went to: that
+        replica did not answer it (a stopped process keeps a long poll unanswered until
+        its read timeout, ``timeout + WATCH_SLACK``, while a failover made through
+        another replica goes unseen), so the poll is left to end on its own and
+        ``instead()`` is asked of the replica requests go to now."""
+        outcome: list[tuple[bool, Any]] = []
+        with self._lock:
+            polled = self._current
+
+        def run() -> None:
+            try:
+                outcome.append((True, poll()))
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append((False, exc))
+            with self._moved:
+                self._moved.notify_all()
+
+        thread = threading.Thread(target=run, name="control-plane-long-poll", daemon=True)
+        thread.start()
+        with self._moved:
+            while not outcome and (self._current == polled or self._moved_by == thread.ident):
+                self._moved.wait()
+            left_at = None if outcome else self.urls[polled]
+        if left_at is None:
+            ok, value = outcome[0]
+            if ok:
+                return value  # type: ignore[no-any-return]
+            raise value
+        log.info("control plane: long poll at %s left (requests moved to %s)", left_at, self.url)
+        return instead()
+
     def _answered(
         self, index: int, first: int, failures: list[tuple[str, str, ControlPlaneError]]
     ) -> None:
@@ -530,6 +578,9 @@ class ControlPlaneClient:
         with self._lock:
             moved = self._current != index
             self._current = index
+            if moved:
+                self._moved_by = threading.get_ident()
+                self._moved.notify_all()
         if moved and index != first and failures:
             log.warning(
                 "control plane: using %s (%s)",

@@ -77,7 +77,9 @@ class Replica:
     """One control-plane replica: answers from the shared state unless told otherwise
     (``mode``: "ok", "503" as a follower that knows no leader, "proxy-502" as a load
     balancer with no backend, "kafka-502" as the control plane's own Kafka error,
-    "drop" closing the connection unanswered). ``delay_s`` holds back every request but
+    "drop" closing the connection unanswered, "stopped" as a SIGSTOPped process: no
+    request is answered, those in flight included, until ``thaw`` is set, and then
+    the connection is closed). ``delay_s`` holds back every request but
     a GET before it is acted on, ``gate`` (an event) too; ``kill()`` ends it as kill -9
     does (requests in flight unanswered, connections refused)."""
 
@@ -87,6 +89,7 @@ class Replica:
         self.delay_s = 0.0
         self.gate: threading.Event | None = None
         self.killed = False
+        self.thaw = threading.Event()
         self.requests: list[str] = []  # "METHOD /path" of every request that arrived
         replica = self
 
@@ -109,6 +112,10 @@ class Replica:
                     if replica.gate is not None:
                         replica.gate.wait(5)
                 status, doc = replica.answer(self.command, url.path, parse_qs(url.query), body)
+                if replica.mode == "stopped":
+                    replica.thaw.wait(60)
+                    self.close_connection = True
+                    return
                 if replica.killed:
                     self.close_connection = True
                     return
@@ -145,6 +152,9 @@ class Replica:
             self.state.lock.notify_all()  # its long polls in flight end (unanswered)
 
     def answer(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> Answer:
+        if self.mode == "stopped":
+            self.thaw.wait(60)
+            return 503, {"detail": "never sent: the connection is closed unanswered"}
         if self.mode == "503":
             return 503, {
                 "detail": "this control-plane replica is a follower and knows no leader's URL"
@@ -489,6 +499,38 @@ def test_the_routing_watch_moves_with_its_long_poll(
         assert watcher.table.active("realtime").cluster == "local-b"
         assert cp.url == b.url
         watcher.stop()
+
+
+def test_the_routing_watch_leaves_a_stopped_replica_when_the_heartbeat_does(
+    state: ControlPlaneState, make_replica: Callable[..., Replica]
+) -> None:
+    """The replica a producer watches through is stopped (SIGSTOP) mid-poll, and a
+    failover is made through the other. The poll would hang until its read timeout
+    (here 20 + 10 s); the producer's heartbeat times out there (1 s) and moves on, and
+    the watch follows it: the new epoch is seen within a few seconds."""
+    a, b = make_replica(), make_replica()
+    try:
+        with (
+            ControlPlaneClient([a.url, b.url], timeout=1.0) as cp,
+            ControlPlaneClient(b.url) as admin,
+        ):
+            watcher = RoutingWatcher(cp, "orders", poll_timeout_s=20.0)
+            seen: list[int] = []
+            watcher.add_listener(lambda t: seen.append(t.epoch))
+            watcher.start()
+            wait_for("a long poll at a", lambda: len(a.requests) == 2, 5)
+            a.mode = "stopped"
+            admin.failover("orders", "local-b")  # a is woken, but answers nothing
+            beat = ProducerHeartbeat(cp, "orders", lambda: 1, interval_s=0.2)
+            beat.start()
+            try:
+                wait_for("the heartbeat at b", lambda: cp.url == b.url, 5)
+                wait_for("the watch to see epoch 2", lambda: seen == [2], 5)
+            finally:
+                beat.leave()
+                watcher.stop()
+    finally:
+        a.thaw.set()
 
 
 def test_a_producer_heartbeat_moves_on(make_replica: Callable[..., Replica]) -> None:
