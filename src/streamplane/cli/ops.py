@@ -28,6 +28,7 @@ from streamplane.cli.connection import (
     json_option,
     parse_key_values,
 )
+from streamplane.cli.control_plane import LOG_DATE_FORMAT
 from streamplane.cli.output import progress, table
 from streamplane.core.mapper import (
     BrokerState,
@@ -61,6 +62,7 @@ from streamplane.ops.autothrottle import (
 )
 from streamplane.ops.executor import (
     INTERRUPTS,
+    READ_BOUND_S,
     STALL_WINDOW_S,
     CheckedPlan,
     Executor,
@@ -251,21 +253,38 @@ def executor_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def log_time(now: float | None = None) -> str:
+    """The time a log line starts with, as `control-plane serve` stamps its lines (local
+    time, milliseconds): ``2026-11-27 06:01:02.345``."""
+    t = time.time() if now is None else now
+    return time.strftime(LOG_DATE_FORMAT, time.localtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+
 class ProgressLine:
     """The progress of an apply on stderr: redrawn in place on a terminal; otherwise
     (nohup, CI) printed when it changes and at least every ``heartbeat_s`` seconds, so
-    that a stalled apply still shows its elapsed time."""
+    that a stalled apply still shows its elapsed time, each line (warnings too) starting
+    with the time (``log_time``) so that a log shows the cadence.
+
+    ``lookahead_s``: how long the next call may come after this one at most (the poll
+    interval and a watch pass's bound): a line is printed once ``heartbeat_s -
+    lookahead_s`` have passed, so that the next one is never more than ``heartbeat_s``
+    away, however slow the passes in between."""
 
     def __init__(
         self,
         *,
         tty: bool | None = None,
         heartbeat_s: float = 15.0,
+        lookahead_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._tty = sys.stderr.isatty() if tty is None else tty
         self._heartbeat_s = heartbeat_s
+        self._every_s = max(heartbeat_s - lookahead_s, 0.0)
         self._clock = clock
+        self._wall = wall
         self._status: str | None = None
         self._printed_at = 0.0
         self._drawn = False  # a terminal line is drawn without its newline
@@ -276,14 +295,18 @@ class ProgressLine:
             self._drawn = True
             return
         now = self._clock()
-        if p.status() != self._status or now - self._printed_at >= self._heartbeat_s:
-            click.echo(p.line(), err=True)
+        if p.status() != self._status or now - self._printed_at >= self._every_s:
+            click.echo(f"{log_time(self._wall())} {p.line()}", err=True)
             self._status, self._printed_at = p.status(), now
 
     def note(self, message: str) -> None:
         """A message of its own line (a warning), below the progress line."""
         self.close()
-        click.echo(message, err=True)
+        click.echo(message if self._tty else f"{log_time(self._wall())} {message}", err=True)
+
+    def log(self, message: str) -> None:
+        """A progress message (``cli.output.progress``'s form), as a note."""
+        self.note(f"… {message}")
 
     def close(self) -> None:
         if self._drawn:
@@ -379,6 +402,8 @@ def apply_checked(
         confirm_or_exit(f"apply {len(checked.changes())} partition change(s)?")
     state_file = state_file or default_state_file(bootstrap)
     same = _cluster_args(bootstrap, cluster, state_file)
+    # The next progress call comes at most a poll and a bounded watch pass later.
+    line = ProgressLine(lookahead_s=poll_interval + READ_BOUND_S)
     throttle: Autothrottle | None = None
     if throttle_capacity is not None:
         throttle = Autothrottle(
@@ -390,11 +415,10 @@ def apply_checked(
                 interval=poll_interval,
             ),
             bootstrap=bootstrap,
-            log=progress,
+            log=line.log,
             clear_command=f"streamplane ops throttle {same} --clear",
         )
         throttle.take_over()
-    line = ProgressLine()
     steps = None if throttle is None else ThrottleSteps(throttle, line)
     executor = Executor(
         admin,
@@ -766,11 +790,13 @@ def _finish(
     as_json: bool,
     do_apply: bool,
     exec_opts: dict[str, Any],
+    capacity: int | None,
 ) -> None:
     allow_mixed_replication = bool(exec_opts.pop("allow_mixed_replication", False))
     try:
         show_plan(plan_, as_json)
-        document = plan_.to_reassignment_json(indent=2)
+        # The plan carries the storage it was made with, for `ops apply` to show the same.
+        document = plan_.to_reassignment_json(indent=2, meta={"capacity": capacity})
         if out is not None:
             out.write_text(document + "\n")
             click.echo(f"reassignment JSON written to {out}", err=True)
@@ -847,7 +873,7 @@ def map_rebuild(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts, capacity)
 
 
 def _relocation_kwargs(
@@ -941,7 +967,7 @@ def map_rebalance(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts, capacity)
 
 
 @map_.command("scale")
@@ -999,7 +1025,7 @@ def map_scale(
     except BaseException:
         admin.close()
         raise
-    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts)
+    _finish(admin, bs, cluster, plan_, out, as_json, do_apply, exec_opts, capacity)
 
 
 # ---------------------------------------------------------------------- apply
@@ -1051,18 +1077,34 @@ def apply(
             raise ConfigError(f"cannot read {plan_file}: {exc.strerror}") from exc
         with flag_names():
             checked = check_plan(text, admin, allow_mixed_replication=allow_mixed_replication)
+        # The storage picture the plan was made with: the capacity `ops map --capacity`
+        # planned against (carried in the plan), else the brokers' disk figures, with
+        # the same warnings (brokers sharing one filesystem, ...).
         view = cluster_view(
             admin,
-            MetricsFetcher(LogDirsSource(admin)),
+            MetricsFetcher(LogDirsSource(admin, capacity=checked.capacity)),
             topics=[re.escape(t) for t in checked.target.topics()],
             include_internal=True,
             new_when_empty=False,
         )
-        before = PartitionMap(  # resumed partitions: the replicas they had, not the union
-            view.partitions[p.key].with_replicas(checked.current[p.key].replicas)
-            for p in checked.target
+        for w in view.warnings:
+            click.echo(f"warning: {w}", err=True)
+        if checked.capacity is not None:
+            click.echo(
+                f"storage per broker: {human_bytes(checked.capacity)} as planned (ops map "
+                "--capacity): free = that less what each broker holds",
+                err=True,
+            )
+        # Every partition of the plan's topics, as `ops map --topics` shows them; resumed
+        # partitions with the replicas they had, not the union.
+        before = PartitionMap(
+            p.with_replicas(checked.current[p.key].replicas) if p.key in checked.current else p
+            for p in view.partitions
         )
-        after = PartitionMap(p.with_replicas(checked.target[p.key].replicas) for p in before)
+        after = PartitionMap(
+            p.with_replicas(checked.target[p.key].replicas) if p.key in checked.target else p
+            for p in before
+        )
         show_plan(Plan("apply", before, after, view.brokers), as_json)
         apply_checked(admin, bs, checked, cluster=cluster, plan_file=str(plan_file), **exec_opts)
 

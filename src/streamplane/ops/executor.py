@@ -32,13 +32,25 @@ new replica joined the ISR, no new replica grew on its broker: sizes are read wi
 DescribeLogDirs at most every tenth of the window) is reported to ``on_stall`` with the
 stuck partitions, again every window while it lasts, and once more when it moves again;
 the apply keeps waiting (cancelling a copy on a timer is the operator's call).
+
+A watch pass (``on_poll``, then the reads of where the batch stands) is bounded: with an
+admin that has ``bounded(seconds)`` (``KafkaOpsAdmin``), its calls give up after
+``read_bound`` seconds together instead of retrying for the adapter's usual 20 s (a
+broker that just died, still in the metadata until it is fenced, held the progress for
+13-25 s). A pass whose reads failed that way decides nothing: the progress is reported
+with what could not be read (``Progress.unread``) and the reads are tried again at the
+next poll; only reads failing without a break for ``read_give_up`` seconds end the apply
+(the last error, as a call failing after its retries did before). Errors that are not
+retriable end it at once, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from streamplane.core.mapper.exceptions import ReassignmentJsonError
 from streamplane.core.mapper.models import Partition, PartitionMap, TopicPartition
@@ -53,6 +65,16 @@ INTERRUPTS = (KeyboardInterrupt, Terminated)
 
 STALL_WINDOW_S = 600.0
 """Default of ``ExecutorParams.stall_window``: 10 minutes without progress is a stall."""
+
+READ_BOUND_S = 5.0
+"""Default of ``ExecutorParams.read_bound``: how long one watch pass may spend on the
+cluster's answers before its reads are given up (and tried again at the next poll)."""
+
+READ_GIVE_UP_S = 20.0
+"""Default of ``ExecutorParams.read_give_up``: reads failing without a break for this
+long end the apply (the adapter's own retry window for one call)."""
+
+T = TypeVar("T")
 
 REVERT_GRACE_S = 3.0
 """How long a submitted partition must be seen neither reassigned nor at its target
@@ -100,6 +122,9 @@ class CheckedPlan:
     resumed: frozenset[TopicPartition] = frozenset()
     """Partitions already being reassigned to their target (an earlier apply of the same
     plan): waited for, not submitted again. Their ``current`` is the replicas they had."""
+    capacity: int | None = None
+    """The storage per broker the plan was made with (``ops map --capacity``, carried in
+    the plan's ``"streamplane"`` object); None: the brokers' own disk figures."""
 
     def changes(self) -> list[tuple[Partition, Partition]]:
         return [
@@ -144,10 +169,16 @@ def check_plan(
             )
     if not len(parsed.partition_map):
         problems.append("the plan lists no partitions")
+    capacity = parsed.meta.get("capacity")
+    if capacity is not None and (
+        not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1
+    ):
+        problems.append(f"streamplane.capacity must be a size in bytes (>= 1), got {capacity!r}")
+        capacity = None
     if problems:
         raise PlanRejected(problems)
     subset = PartitionMap(resumed.get(p.key, current[p.key]) for p in parsed.partition_map)
-    return CheckedPlan(subset, parsed.partition_map, frozenset(resumed))
+    return CheckedPlan(subset, parsed.partition_map, frozenset(resumed), capacity)
 
 
 MIXED_OVERRIDE = "allow_mixed_replication accepts it"
@@ -229,6 +260,9 @@ class Progress:
     elapsed: float
     down: tuple[int, ...] = ()
     """Target brokers of partitions still pending that are not alive: they wait for them."""
+    unread: tuple[str, ...] = ()
+    """What this pass could not read (out of time, or a retriable error): the figures
+    shown are the last ones read, and the reads are tried again at the next poll."""
 
     def status(self, width: int = 24) -> str:
         """The line without the elapsed time: it changes only when something happens."""
@@ -241,6 +275,8 @@ class Progress:
         )
         if self.down:
             status += f"  waiting for broker(s) {','.join(map(str, self.down))}: not alive"
+        if self.unread:
+            status += f"  could not read {', '.join(self.unread)} (read again at the next poll)"
         return status
 
     def line(self, width: int = 24) -> str:
@@ -278,6 +314,11 @@ class ExecutorParams:
     stall_window: float | None = STALL_WINDOW_S
     """Seconds without progress before ``on_stall`` is told (None: never). The apply
     keeps waiting either way."""
+    read_bound: float | None = READ_BOUND_S
+    """Seconds one watch pass may spend on the cluster's answers (with an admin that has
+    ``bounded``; None: the adapter's own retries)."""
+    read_give_up: float = READ_GIVE_UP_S
+    """Reads failing without a break for this long end the apply."""
 
     def validate(self) -> None:
         if self.concurrency < 1:
@@ -288,6 +329,8 @@ class ExecutorParams:
             raise ConfigError("timeout must be positive")
         if self.stall_window is not None and self.stall_window <= 0:
             raise ConfigError("stall_window must be positive")
+        if self.read_bound is not None and self.read_bound <= 0:
+            raise ConfigError("read_bound must be positive")
 
 
 class Executor:
@@ -404,64 +447,130 @@ class Executor:
         window = self.params.stall_window
         watch = None if window is None else StallWatch(window, started)
         copied = CopiedBytes(self.admin, every=max(self.params.poll_interval, (window or 0) / 10))
+        down: list[int] = []
+        unread_since: float | None = None
         while True:
-            self._on_poll()
-            running = self.admin.list_reassignments()
-            states = self.admin.partitions({t for t, _ in pending})
-            live = self.admin.brokers()
-            now = self._clock()
-            for key, target in list(pending.items()):
-                state = states.get(key)
-                if key in running or _at_target(state, target):
-                    stray_since.pop(key, None)
-                    if key not in running and _complete(state, target):
-                        report.completed.append(key)
-                        del pending[key]
-                else:
-                    stray_since.setdefault(key, now)
-            down = sorted({b for t in pending.values() for b in t.replicas} - set(live))
-            self._on_progress(
-                Progress(
-                    done=len(report.completed),
-                    total=total,
-                    batch=batch,
-                    batches=batches_total,
-                    running=tuple(sorted(pending)),
-                    destinations=destinations,
-                    elapsed=now - start,
-                    down=tuple(down),
-                )
-            )
-            if watch is not None and pending:
-                adding = {k: self._added.get(k, set()) for k in pending}
-                sizes = copied.sample(now, adding, set(live))
-                news = watch.observe(now, _achieved(adding, states, sizes))
-                if news is not None:
-                    self._on_stall(
-                        Stall(
-                            seconds=watch.idle(now) if news == "stalled" else 0.0,
-                            batch=batch,
-                            batches=batches_total,
-                            stuck=tuple(
-                                _stuck(k, adding[k], states.get(k), set(live))
-                                for k in sorted(adding)
-                            ),
-                            moving=news == "moving",
+            failure: list[KafkaError] = []
+            with self._bounded():
+                self._on_poll()
+                running = self._read(self.admin.list_reassignments, failure)
+                states = self._read(lambda: self.admin.partitions({t for t, _ in pending}), failure)
+                live = self._read(self.admin.brokers, failure)
+                now = self._clock()
+                if running is None or states is None or live is None:
+                    # Decide nothing on part of the picture: the last one stands.
+                    unread = [
+                        label
+                        for label, value in (
+                            ("the reassignments in progress", running),
+                            ("the partitions' replicas", states),
+                            ("the live brokers", live),
                         )
-                    )
+                        if value is None
+                    ]
+                    unread_since = now if unread_since is None else unread_since
+                    self._on_progress(
+                        self._progress(report, pending, total, batch, batches_total,
+                                       destinations, now - start, down, unread)
+                    )  # fmt: skip
+                    if now - unread_since >= self.params.read_give_up:
+                        raise failure[-1]
+                    self._check_timeout(pending, started, now)
+                    self._sleep(self.params.poll_interval)
+                    continue
+                unread_since = None
+                for key, target in list(pending.items()):
+                    state = states.get(key)
+                    if key in running or _at_target(state, target):
+                        stray_since.pop(key, None)
+                        if key not in running and _complete(state, target):
+                            report.completed.append(key)
+                            del pending[key]
+                    else:
+                        stray_since.setdefault(key, now)
+                down = sorted({b for t in pending.values() for b in t.replicas} - set(live))
+                self._on_progress(
+                    self._progress(report, pending, total, batch, batches_total,
+                                   destinations, now - start, down, [])
+                )  # fmt: skip
+                if watch is not None and pending:
+                    adding = {k: self._added.get(k, set()) for k in pending}
+                    sizes = copied.sample(now, adding, set(live))
+                    news = watch.observe(now, _achieved(adding, states, sizes))
+                    if news is not None:
+                        self._on_stall(
+                            Stall(
+                                seconds=watch.idle(now) if news == "stalled" else 0.0,
+                                batch=batch,
+                                batches=batches_total,
+                                stuck=tuple(
+                                    _stuck(k, adding[k], states.get(k), set(live))
+                                    for k in sorted(adding)
+                                ),
+                                moving=news == "moving",
+                            )
+                        )
             reverted = [k for k, since in stray_since.items() if now - since >= REVERT_GRACE_S]
             if reverted:
                 raise ReassignmentCancelled(reverted)
             if not pending:
                 return
-            if self.params.timeout is not None and now - started > self.params.timeout:
-                raise ReassignmentTimeout(
-                    f"{len(pending)} partition(s) not reassigned after {self.params.timeout:g}s "
-                    f"(e.g. {_name(next(iter(pending)))}): stopped waiting, nothing cancelled, "
-                    "they keep running in the cluster",
-                    pending,
-                )
+            self._check_timeout(pending, started, now)
             self._sleep(self.params.poll_interval)
+
+    def _bounded(self) -> contextlib.AbstractContextManager[Any]:
+        """A watch pass's bound on the admin's calls (see the module docstring)."""
+        bounded = getattr(self.admin, "bounded", None)
+        if bounded is None or self.params.read_bound is None:
+            return contextlib.nullcontext()
+        return bounded(self.params.read_bound)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _read(fn: Callable[[], T], failure: list[KafkaError]) -> T | None:
+        """``fn()``, or None when it failed in a way the next poll may cure (a retriable
+        error: a broker that just died, a call out of time); other errors are raised."""
+        try:
+            return fn()
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            failure.append(exc)
+            return None
+
+    def _progress(
+        self,
+        report: ExecutionReport,
+        pending: Mapping[TopicPartition, Partition],
+        total: int,
+        batch: int,
+        batches_total: int,
+        destinations: tuple[int, ...],
+        elapsed: float,
+        down: Sequence[int],
+        unread: Sequence[str],
+    ) -> Progress:
+        return Progress(
+            done=len(report.completed),
+            total=total,
+            batch=batch,
+            batches=batches_total,
+            running=tuple(sorted(pending)),
+            destinations=destinations,
+            elapsed=elapsed,
+            down=tuple(down),
+            unread=tuple(unread),
+        )
+
+    def _check_timeout(
+        self, pending: Mapping[TopicPartition, Partition], started: float, now: float
+    ) -> None:
+        if self.params.timeout is not None and now - started > self.params.timeout:
+            raise ReassignmentTimeout(
+                f"{len(pending)} partition(s) not reassigned after {self.params.timeout:g}s "
+                f"(e.g. {_name(next(iter(pending)))}): stopped waiting, nothing cancelled, "
+                "they keep running in the cluster",
+                pending,
+            )
 
     def cancel(
         self, keys: Collection[TopicPartition] | None = None, confirm_s: float = 0.0

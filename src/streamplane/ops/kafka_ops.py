@@ -20,9 +20,10 @@ says so.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -215,7 +216,28 @@ class KafkaOpsAdmin:
             "bootstrap_timeout_ms": int(min(connect_timeout_s, request_timeout_s) * 1000),
             **(extra_config or {}),
         }
+        self._bound: tuple[float, float] | None = None  # (ends at, seconds): see bounded()
         self._admin = self._connect()
+
+    @contextlib.contextmanager
+    def bounded(self, seconds: float) -> Iterator[None]:
+        """Calls made inside give up ``seconds`` after it began (all of them together),
+        instead of retrying for the usual ``retry_s`` and ``attempts``: each is tried at
+        least once, and retried only while time is left. For a pass that must not hold
+        its caller: an apply's progress, which a broker that just died (still in the
+        metadata until it is fenced, refusing connections) held for 13-25 s while the
+        calls that asked it were retried. A call that runs out of time is a retriable
+        ``KafkaError`` saying so. (One request in flight is still bounded only by the
+        client's request timeout: a broker that hangs without refusing holds it.)"""
+        outer = self._bound
+        ends = time.monotonic() + seconds
+        if outer is not None and outer[0] < ends:
+            ends, seconds = outer
+        self._bound = (ends, seconds)
+        try:
+            yield
+        finally:
+            self._bound = outer
 
     def _connect(self) -> Any:
         from kafka.admin import KafkaAdminClient
@@ -262,6 +284,7 @@ class KafkaOpsAdmin:
         import kafka.errors as kerr
 
         deadline = time.monotonic() + self._retry_s
+        bound = self._bound
         attempt = 0
         while True:
             try:
@@ -277,12 +300,19 @@ class KafkaOpsAdmin:
                 gave_time = stale_metadata or time.monotonic() > deadline
                 if not retriable or (attempt >= self._attempts and gave_time):
                     raise error_from(exc, f"{what} on {self.bootstrap}") from exc
+                pause = 0.0 if stale_metadata else min(0.2 * 2 ** min(attempt, 4), 2.0)
+                if bound is not None and time.monotonic() + pause >= bound[0]:
+                    err = error_from(
+                        exc, f"{what} on {self.bootstrap} (no answer within {bound[1]:g}s)"
+                    )
+                    err.retriable = True
+                    raise err from exc
                 if stale_metadata:
                     self._reconnect()
                     continue
                 if hasattr(self._admin, "_controller_id"):
                     self._admin._controller_id = None
-                time.sleep(min(0.2 * 2 ** min(attempt, 4), 2.0))
+                time.sleep(pause)
 
     # ------------------------------------------------------------------ metadata
     def brokers(self) -> dict[int, BrokerNode]:

@@ -7,7 +7,7 @@ derived here, from data, without asking the cluster again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from typing import Any
@@ -239,11 +239,18 @@ class Plan:
         )
 
     def to_reassignment_json(
-        self, *, only_changed: bool = True, log_dirs: bool = False, indent: int | None = None
+        self,
+        *,
+        only_changed: bool = True,
+        log_dirs: bool = False,
+        indent: int | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> str:
-        """Kafka's reassignment JSON for this plan (no-op partitions left out by default)."""
+        """Kafka's reassignment JSON for this plan (no-op partitions left out by default);
+        ``meta``: what the planner assumed, under ``"streamplane"`` (see
+        ``reassignment_json``)."""
         partitions = self.changed_partitions() if only_changed else self.after.partitions
-        return to_reassignment_json(partitions, log_dirs=log_dirs, indent=indent)
+        return to_reassignment_json(partitions, log_dirs=log_dirs, indent=indent, meta=meta)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything the plan decided, as JSON-ready data (used by golden files)."""

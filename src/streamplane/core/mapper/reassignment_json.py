@@ -9,13 +9,19 @@ The format ``kafka-reassign-partitions.sh --execute`` reads::
 ``log_dirs`` is optional; when present it has one entry per replica ("any" lets the
 broker choose). Writing is deterministic: partitions sorted by topic then partition,
 keys in the order above.
+
+A plan written by ``streamplane ops map`` may carry one more top-level key,
+``"streamplane"``: an object of what the planner assumed that the partitions do not
+say (``{"capacity": 68719476736}``: the storage per broker given with ``--capacity``,
+``null`` when the brokers' own disk figures were used), so that ``ops apply`` shows
+the same storage picture. Kafka's tools read only ``version`` and ``partitions``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamplane.core.mapper.exceptions import MapperError, ReassignmentJsonError
@@ -25,6 +31,8 @@ REASSIGNMENT_VERSION = 1
 ANY_LOG_DIR = "any"
 
 _ENTRY_KEYS = frozenset({"topic", "partition", "replicas", "log_dirs"})
+META_KEY = "streamplane"
+"""The top-level key of what the planner assumed (see the module docstring)."""
 
 
 def to_reassignment_json(
@@ -32,11 +40,13 @@ def to_reassignment_json(
     *,
     log_dirs: bool | Mapping[TopicPartition, Collection[str]] = False,
     indent: int | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> str:
     """Serialize partitions as a version-1 reassignment document.
 
     ``log_dirs=True`` writes ``"any"`` for every replica; a mapping gives explicit
     directories per partition (partitions missing from it get no ``log_dirs``).
+    ``meta`` is written under ``"streamplane"`` (what the planner assumed).
     """
     entries: list[dict[str, Any]] = []
     for p in sorted(partitions, key=lambda p: p.key):
@@ -55,7 +65,9 @@ def to_reassignment_json(
                 )
             entry["log_dirs"] = dirs
         entries.append(entry)
-    document = {"version": REASSIGNMENT_VERSION, "partitions": entries}
+    document: dict[str, Any] = {"version": REASSIGNMENT_VERSION, "partitions": entries}
+    if meta is not None:
+        document[META_KEY] = dict(meta)
     if indent is None:
         return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
     return json.dumps(document, indent=indent, ensure_ascii=False)
@@ -67,6 +79,8 @@ class ParsedReassignment:
 
     partition_map: PartitionMap
     log_dirs: Mapping[TopicPartition, tuple[str, ...]]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """What the planner assumed (the ``"streamplane"`` object; empty when absent)."""
 
 
 def _is_int(value: object) -> bool:
@@ -98,9 +112,13 @@ def parse_reassignment_json(
     version = document.get("version")
     if version != REASSIGNMENT_VERSION or not _is_int(version):
         problems.append(f"version must be {REASSIGNMENT_VERSION}, got {version!r}")
-    extra = sorted(set(document) - {"version", "partitions"})
+    extra = sorted(set(document) - {"version", "partitions", META_KEY})
     if extra:
         problems.append(f"unknown top-level keys: {extra}")
+    meta = document.get(META_KEY, {})
+    if not isinstance(meta, dict):
+        problems.append(f"'{META_KEY}' must be an object")
+        meta = {}
     raw = document.get("partitions")
     if not isinstance(raw, list):
         problems.append("'partitions' must be a list")
@@ -175,4 +193,4 @@ def parse_reassignment_json(
                 )
     if problems:
         raise ReassignmentJsonError(problems)
-    return ParsedReassignment(PartitionMap(partitions), dirs_by_key)
+    return ParsedReassignment(PartitionMap(partitions), dirs_by_key, meta)
