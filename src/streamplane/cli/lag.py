@@ -15,7 +15,10 @@ commits yet), which is what ``--watch`` shows until they arrive. An empty ``--gr
 A group's offset lag and time lag cover its partitions whose lag is known; partitions
 whose lag is unknown (a cluster down before the monitor learnt where they start) are
 shown beside them, e.g. ``0 (4 unknown)``: such a group is not caught up as far as
-anyone knows.
+anyone knows. Partitions whose end offset could not be read lately (a broker down, a
+leader moving) count at their last known end, and the total says so, e.g.
+``5356 (2 stale)``; their END shows its age (``1150 (stale 12s)``), and with ``--group``
+a line under the total names them (``2 partitions stale: ...``).
 """
 
 from __future__ import annotations
@@ -47,17 +50,45 @@ def _int(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def _with_unknown(known: str, unknown: int) -> str:
-    """A group's lag over its known partitions, and how many partitions are unknown."""
-    return f"{known} ({unknown} unknown)" if unknown else known
+def _with_unknown(known: str, unknown: int, stale: int = 0) -> str:
+    """A group's lag over its known partitions, and how many partitions are unknown (not
+    in it) or stale (in it at their last known end offset)."""
+    notes = [f"{n} {what}" for n, what in ((unknown, "unknown"), (stale, "stale")) if n]
+    return f"{known} ({', '.join(notes)})" if notes else known
 
 
 def group_lags(g: Mapping[str, Any]) -> tuple[str, str]:
-    """(offset lag, time lag) of a ``/v1/lag`` group, with its unknown partitions."""
+    """(offset lag, time lag) of a ``/v1/lag`` group, with its unknown and stale
+    partitions (a stale end offset makes the offset lag a lower bound, not the time lag:
+    that counts from the committed record's timestamp)."""
     return (
-        _with_unknown(str(g["offset_lag"]), g.get("unknown_offset_lag", 0)),
+        _with_unknown(
+            str(g["offset_lag"]), g.get("unknown_offset_lag", 0), g.get("stale_end_offsets", 0)
+        ),
         _with_unknown(seconds(g["max_time_lag_s"]), g.get("unknown_time_lag", 0)),
     )
+
+
+def stale_note(g: Mapping[str, Any]) -> str | None:
+    """The line saying a group's total counts stale end offsets (None when none is)."""
+    n = g.get("stale_end_offsets", 0)
+    if not n:
+        return None
+    age = g.get("stale_end_offset_age_s")
+    old = f", up to {seconds(age)} old" if age is not None else ""
+    return (
+        f"{n} partition{'s' if n != 1 else ''} stale: end offset not read at the last poll"
+        f"{old}; the offset lag counts the last known end (a lower bound)"
+    )
+
+
+def _end(p: Mapping[str, Any]) -> str:
+    """A partition's end offset, with its age when it is stale."""
+    end = _int(p["end_offset"])
+    if not p.get("end_offset_stale"):
+        return end
+    age = p.get("end_offset_age_s")
+    return f"{end} (stale {seconds(age)})" if age is not None else f"{end} (stale)"
 
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -104,7 +135,7 @@ def render(doc: Mapping[str, Any], group: str | None, stream: str | None = None)
             p["topic"],
             p["partition"],
             _int(p["committed_offset"]),
-            _int(p["end_offset"]),
+            _end(p),
             _int(p["offset_lag"]),
             seconds(p["time_lag_s"]),
             p["status"],
@@ -119,6 +150,9 @@ def render(doc: Mapping[str, Any], group: str | None, stream: str | None = None)
         out += (
             f"\n\ngroup {g['group']}: offset lag {offset_lag}, time lag {time_lag}, {g['status']}"
         )
+        note = stale_note(g)
+        if note is not None:
+            out += f"\n{note}"
     return out
 
 

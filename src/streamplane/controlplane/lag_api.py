@@ -20,6 +20,11 @@ Routes (reads, open like every read of the control plane):
 | ``GET /v1/groups?stream=`` | one summary per group (across clusters) |
 | ``GET /v1/groups/{group}/lag/history`` | the group's lag chart data (404 if untracked) |
 
+Group totals (``offset_lag``) count a partition whose end offset could not be read at
+its last known end: ``stale_end_offsets`` says how many did (``unknown_offset_lag`` how
+many are not in the total at all), and each partition says ``end_offset_stale`` and
+``end_offset_age_s``; the history's points say the same per bucket.
+
 A group that is not tracked is no error in ``/v1/lag`` (the monitor may not have seen
 its commits yet): its lists are empty. A ``stream`` filter naming no stream (none in the
 store and no tracked partition labelled with it) is 404; an empty filter value
@@ -201,6 +206,10 @@ class PartitionLagOut(BaseModel):
     time_lag_s: float | None
     status: str
     last_commit_ms: int | None
+    # The end offset is the last known one (not read at the last poll: a broker down, a
+    # leader moving), and how old it is: offset_lag counts from it, a lower bound.
+    end_offset_stale: bool = False
+    end_offset_age_s: float | None = None
 
     @classmethod
     def of(cls, p: LabelledLag) -> "PartitionLagOut":
@@ -218,6 +227,8 @@ class PartitionLagOut(BaseModel):
             time_lag_s=lag.time_lag_s,
             status=lag.status.name,
             last_commit_ms=lag.last_commit_ms,
+            end_offset_stale=lag.end_offset_stale,
+            end_offset_age_s=lag.end_offset_age_s,
         )
 
 
@@ -233,6 +244,10 @@ class GroupLagOut(BaseModel):
     last_commit_ms: int | None
     # Partitions whose offset lag is unknown (``offset_lag`` sums the known ones).
     unknown_offset_lag: int = 0
+    # Partitions whose offset lag counts from a stale end offset (included in
+    # ``offset_lag`` at their last known end), and the age of the oldest such end.
+    stale_end_offsets: int = 0
+    stale_end_offset_age_s: float | None = None
 
     @classmethod
     def of(cls, s: GroupSummary) -> "GroupLagOut":
@@ -247,6 +262,8 @@ class GroupLagOut(BaseModel):
             status=s.status.name,
             last_commit_ms=s.last_commit_ms,
             unknown_offset_lag=s.unknown_offset_lag,
+            stale_end_offsets=s.stale_end_offsets,
+            stale_end_offset_age_s=s.stale_end_offset_age_s,
         )
 
 
@@ -263,13 +280,16 @@ class PartitionHistoryOut(BaseModel):
     partition: int
     stream: str | None
     lane: str | None
-    samples: list[tuple[int, float | None, int | None]]
+    # [time ms, time lag s, offset lag, the end offset was stale]
+    samples: list[tuple[int, float | None, int | None, bool]]
 
 
 class HistoryOut(BaseModel):
     group: str
     interval_s: float
-    series: list[tuple[int, float | None, int | None]]
+    # [time ms, worst time lag s, total offset lag, partitions of that total counted
+    # from a stale end offset, partitions whose offset lag was unknown (not in it)]
+    series: list[tuple[int, float | None, int | None, int, int]]
     partitions: list[PartitionHistoryOut]
 
 
@@ -382,7 +402,9 @@ def list_groups(request: Request, stream: StreamFilter = None) -> list[GroupLagO
 )
 def group_history(request: Request, group: str) -> HistoryOut:
     """The group's lag history: per bucket its worst time lag and total offset lag
-    (``series``: [time ms, time lag s, offset lag]), and each partition's samples."""
+    (``series``: [time ms, time lag s, offset lag, stale partitions, unknown
+    partitions]), and each partition's samples ([time ms, time lag s, offset lag,
+    stale])."""
     monitor = _monitor(request)
     if monitor is None:
         raise NotFound(f"no tracked partitions of group {group!r} (the lag monitor is off)")

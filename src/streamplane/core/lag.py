@@ -13,7 +13,13 @@ Inputs
   (the low watermark: the first unsettled record), taken from the commit metadata.
   Foreign groups pass None.
 - ``observe_end_offset(topic, partition, end_offset, observed_ms)``: the log-end offset,
-  polled. Shared by every group reading that partition.
+  polled. Shared by every group reading that partition. A negative answer (librdkafka
+  answers -1001 for a partition whose leader did not reply in time) is no end offset and
+  is ignored: the last known one stands.
+- ``mark_stale(topic_partitions)``: the end offsets of these partitions could not be
+  read this pass. They keep their last known end, flagged *stale* (``end_offset_stale``
+  and ``end_offset_age_s`` in the reports, ``stale_end_offsets`` in the aggregates) until
+  the next answer. An end restored from a snapshot (``restore_log_end``) is stale too.
 - ``observe_offset_timestamp(group, topic, partition, offset, timestamp_ms)``: for
   foreign groups, the timestamp of the record at ``offset`` (ListOffsets / a fetch);
   ``timestamp_lookups()`` lists the partitions that need one.
@@ -39,7 +45,11 @@ the log start offset (reported with ``committed_offset`` None).
   position moves); otherwise unknown (None).
 - ``caught_up_ms``: the last time the partition was seen caught up (at a commit or an
   end-offset observation). It plays the part of Burrow's rule 1 ("lag was zero at some
-  point of the window -> OK"): nothing below can fire on account of times before it.
+  point of the window -> OK"): nothing below can fire on account of times before it. A
+  commit reaching a *stale* end does not count: records may have been written since.
+- A stale end offset still counts: the offset lag is taken from the last known end (a
+  lower bound of the real lag), so a group's total does not fall because some of its
+  partitions could not be read; the aggregate says how many such partitions it holds.
 
 Status rules (thresholds in ``LagThresholds``; first match wins)
 ----------------------------------------------------------------
@@ -102,7 +112,12 @@ if the lag never decreased, else OK. Here the same questions are asked in second
       outgrows it.) When a sample in the window has no time lag
       (foreign group without a timestamp lookup), the halves and growth tests are
       applied to the offset lag, and "coming down" means by a tenth of its highest or
-      more (records have no unit of time to set a margin in).
+      more (records have no unit of time to set a margin in). Samples taken while the
+      end offset was stale are left out of the window: a lag read against a frozen end
+      (or a consumer "caught up" with it) is no evidence of coming down, so a growth
+      verdict holds through an unreadable spell instead of reading as recovery. The
+      rule judges one partition's own samples, never a group's total: a total that
+      drops because partitions are missing or stale cannot make a group look better.
 5. ``OK`` otherwise: a group that commits every second with a sawtooth of a few seconds
    of lag, or a consumer behind but catching up, stays OK.
 
@@ -118,7 +133,11 @@ three flat arrays shared by the whole model: int64 ms, float32 s, int32 records,
 a sample (an offset lag above 2**31 - 1 is recorded as 2**31 - 1; the live figure stays
 exact). Samples are taken at end-offset observations and by ``sample(now_ms)``, not at
 commits: a commit only updates the partition's state (the cheap, frequent path), and
-the next observation samples the lag it left. Samples fall into buckets of
+the next observation samples the lag it left; ``fill_history(now_ms)`` (the monitor
+calls it once per bucket) adds a sample to every partition that has none in the current
+bucket (its end went unanswered, or no poll finished in it), so the history keeps its
+cadence whatever the polls do. Each sample records whether the end offset was stale
+(``LagSample.stale``). Samples fall into buckets of
 ``history_interval_s`` aligned on the epoch; a sample in the same bucket as the newest
 one replaces it, so charts get at most one point per bucket, and samples older than the
 newest are dropped. Partition state is a ``__slots__`` object; an update allocates
@@ -131,7 +150,7 @@ import enum
 import math
 from array import array
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from streamplane.core.lag_interpolation import EndOffsetTable
 from streamplane.exceptions import ConfigError
@@ -149,7 +168,11 @@ __all__ = [
 _NEVER = -(1 << 62)  # a time before any other: "not yet"
 _FROM_START = -2  # committed offset of an expected partition without a commit (-1: tracked)
 _NAN = math.nan
-_MAX_SAMPLED_OFFSET_LAG = (1 << 31) - 1  # history stores offset lags as int32
+# History stores offset lags as int32 (an offset lag above the cap is recorded as the
+# cap): -1 is unknown, and a sample taken with a stale end offset stores -2 - lag (-2
+# and below; its lag capped two lower to fit).
+_MAX_SAMPLED_OFFSET_LAG = (1 << 31) - 1
+_MAX_STALE_OFFSET_LAG = _MAX_SAMPLED_OFFSET_LAG - 2
 
 
 class LagStatus(enum.IntEnum):
@@ -216,6 +239,7 @@ class LagSample:
     time_ms: int
     time_lag_s: float | None
     offset_lag: int | None
+    stale: bool = False  # the end offset was the last known one, not read this pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +257,12 @@ class PartitionLag:
     last_commit_ms: int | None
     labels: PartitionLabels = _NO_LABELS
     estimated_time_lag_s: float | None = None  # interpolation baseline, when enabled
+    # The end offset is the last known one: the last poll could not read it (or it was
+    # restored from a snapshot and not read since). How old it is, when known.
+    end_offset_stale: bool = False
+    # Derived from the time of the query like time_lag_s, but not part of equality
+    # (reports of one state at two times compare equal on everything else).
+    end_offset_age_s: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +273,9 @@ class LagAggregate:
     partition has a known time lag (both are lower bounds when partitions are unknown),
     ``unknown_time_lag`` counts partitions with an unknown time lag that are not known
     to be caught up (behind, or with an unknown offset lag), ``unknown_offset_lag`` the
-    partitions with an unknown offset lag (no position or no end offset yet).
+    partitions with an unknown offset lag (no position or no end offset yet),
+    ``stale_end_offsets`` the partitions whose offset lag counts from a stale end offset
+    (the last known one: the total includes them, as a lower bound).
     """
 
     group: str
@@ -254,16 +286,18 @@ class LagAggregate:
     status: LagStatus
     unknown_time_lag: int
     unknown_offset_lag: int = 0
+    stale_end_offsets: int = 0
 
 
 class _LogEnd:
     """The log-end offset of one topic-partition, shared by the groups reading it."""
 
-    __slots__ = ("end", "members", "observed_ms", "start", "table")
+    __slots__ = ("end", "members", "observed_ms", "stale", "start", "table")
 
     def __init__(self, table: EndOffsetTable | None) -> None:
         self.end = -1
         self.observed_ms = _NEVER
+        self.stale = False  # the end is the last known one: not read at the last poll
         self.start = -1  # the log start offset (what expected partitions count from)
         self.members: tuple[_Partition, ...] = ()  # usually one or two: a tuple is smaller
         self.table = table
@@ -331,6 +365,7 @@ class _Totals:
         "max_time_lag_s",
         "offset_lag",
         "partitions",
+        "stale_end_offsets",
         "status",
         "unknown_offset_lag",
         "unknown_time_lag",
@@ -343,6 +378,7 @@ class _Totals:
         self.status = LagStatus.OK
         self.unknown_time_lag = 0
         self.unknown_offset_lag = 0
+        self.stale_end_offsets = 0
 
 
 class LagModel:
@@ -494,19 +530,23 @@ class LagModel:
         if low_watermark_ts_ms is not None:
             p.ts_offset = offset
             p.ts_ms = low_watermark_ts_ms
-        end = p.log_end.end
-        if 0 <= end <= offset:
+        log_end = p.log_end
+        if 0 <= log_end.end <= offset and not log_end.stale:
             p.caught_up_ms = commit_ms
 
     def observe_end_offset(
         self, topic: str, partition: int, end_offset: int, observed_ms: int
     ) -> None:
-        """The log-end offset of a topic-partition; older observations are ignored."""
+        """The log-end offset of a topic-partition; older observations are ignored, and so
+        is a negative one (no answer: the last known end stands)."""
+        if end_offset < 0:
+            return
         log_end = self._log_end(topic, partition)
         if observed_ms < log_end.observed_ms:
             return
         log_end.end = end_offset
         log_end.observed_ms = observed_ms
+        log_end.stale = False
         if log_end.table is not None:
             log_end.table.add(end_offset, observed_ms)
         for p in log_end.members:
@@ -515,10 +555,19 @@ class LagModel:
                 continue
             if position >= end_offset:
                 p.caught_up_ms = observed_ms
-                self._push(p, observed_ms, 0.0, 0)
+                self._push(p, observed_ms, 0.0, 0, False)
             else:
                 tlag = self._time_lag(p, position, observed_ms)
-                self._push(p, observed_ms, tlag, end_offset - position)
+                self._push(p, observed_ms, tlag, end_offset - position, False)
+
+    def mark_stale(self, topic_partitions: Iterable[tuple[str, int]]) -> None:
+        """The end offsets of these topic-partitions could not be read (this poll): they
+        keep their last known ends, reported stale until the next answer."""
+        ends = self._ends
+        for tp in topic_partitions:
+            log_end = ends.get(tp)
+            if log_end is not None and log_end.end >= 0:
+                log_end.stale = True
 
     def observe_log_start(self, topic: str, partition: int, start: int) -> None:
         """The log start offset of a topic-partition (what expected partitions without a
@@ -552,7 +601,25 @@ class LagModel:
         for p in members:
             if _position(p) >= 0:
                 olag, tlag = self._lags(p, now_ms)
-                self._push(p, now_ms, tlag, olag)
+                self._push(p, now_ms, tlag, olag, p.log_end.stale)
+
+    def fill_history(self, now_ms: int) -> int:
+        """A sample at ``now_ms`` for every partition with a position and no sample in the
+        bucket of ``now_ms`` yet (its end went unanswered, or no poll finished in this
+        bucket): called once per bucket, it keeps the history's cadence however long the
+        polls take. Returns how many samples it added."""
+        bucket = self._bucket_ms
+        current = now_ms // bucket
+        times = self._h_time
+        added = 0
+        for p in self._parts.values():
+            if p.count and times[p.base + p.newest] // bucket >= current:
+                continue
+            if _position(p) >= 0:
+                olag, tlag = self._lags(p, now_ms)
+                self._push(p, now_ms, tlag, olag, p.log_end.stale)
+                added += 1
+        return added
 
     def log_ends(self) -> list[tuple[str, int, int, int, int]]:
         """(topic, partition, end, observed ms, log start) of every tracked topic-partition
@@ -577,10 +644,12 @@ class LagModel:
     def restore_log_end(
         self, topic: str, partition: int, end: int, observed_ms: int, start: int = -1
     ) -> None:
-        """Set a saved end offset (and log start) as observed at ``observed_ms``."""
+        """Set a saved end offset (and log start) as observed at ``observed_ms``, stale
+        until the next observation."""
         if start >= 0:
             self.observe_log_start(topic, partition, start)
         self.observe_end_offset(topic, partition, end, observed_ms)
+        self.mark_stale(((topic, partition),))  # not read since: stale until it is
 
     # --- internals -----------------------------------------------------------------
 
@@ -602,9 +671,11 @@ class LagModel:
             return end - position, self._time_lag(p, position, now_ms)
         return -1, self._time_lag(p, position, now_ms)
 
-    def _push(self, p: _Partition, t: int, tlag: float, olag: int) -> None:
+    def _push(self, p: _Partition, t: int, tlag: float, olag: int, stale: bool) -> None:
         if olag > _MAX_SAMPLED_OFFSET_LAG:
             olag = _MAX_SAMPLED_OFFSET_LAG
+        if stale and olag >= 0:  # see _MAX_STALE_OFFSET_LAG
+            olag = -2 - (olag if olag <= _MAX_STALE_OFFSET_LAG else _MAX_STALE_OFFSET_LAG)
         times = self._h_time
         if p.count:
             last = p.base + p.newest
@@ -631,7 +702,8 @@ class LagModel:
             p.count += 1
 
     def _samples(self, p: _Partition) -> Iterator[tuple[int, float, int]]:
-        """History of a partition, oldest first, as raw (time, time lag, offset lag)."""
+        """History of a partition, oldest first, as raw (time, time lag, offset lag); an
+        offset lag of -1 is unknown, -2 - lag one taken with a stale end offset."""
         n = self._hsize
         base = p.base
         for j in range(p.newest - p.count + 1, p.newest + 1):
@@ -645,12 +717,13 @@ class LagModel:
         than that below the highest (a lag that came down by more is being caught up).
         Samples taken after the offset last moved repeat that it stands still (the lag
         can only grow): only the newest of them counts, so a verdict of growth holds
-        until the offset moves again."""
+        until the offset moves again. Samples taken with a stale end offset are left out
+        (a lag read against a frozen end is no evidence either way)."""
         since = max(now_ms - self._window_ms, p.caught_up_ms + 1)
         still_since = p.changed_ms if p.changed_ms > _NEVER else now_ms
         window: list[tuple[int, float, int]] = []
         for s in self._samples(p):
-            if since <= s[0] <= now_ms:
+            if since <= s[0] <= now_ms and s[2] >= -1:
                 if window and window[-1][0] > still_since:
                     window[-1] = s  # the offset did not move between the two
                 else:
@@ -710,11 +783,14 @@ class LagModel:
         end = log_end.end if log_end.end >= 0 else None
         position = _position(p)
         committed = p.committed if p.committed >= 0 else None
+        stale = end is not None and log_end.stale
+        age = None if end is None else max(0.0, (now_ms - log_end.observed_ms) / 1000.0)
         if position < 0:
             status = _unknown_position_status(p)
             return PartitionLag(
-                group, topic, partition, None, end, None, None, status, None, p.labels
-            )
+                group, topic, partition, None, end, None, None, status, None, p.labels,
+                None, stale, age,
+            )  # fmt: skip
         olag, tlag = self._lags(p, now_ms)
         if end is not None and end < position:
             end = position  # a commit newer than the last end-offset poll
@@ -733,6 +809,8 @@ class LagModel:
             p.commit_ms if committed is not None else None,
             p.labels,
             estimate,
+            stale,
+            age,
         )
 
     # --- queries -------------------------------------------------------------------
@@ -754,7 +832,12 @@ class LagModel:
         if p is None:
             return []
         return [
-            LagSample(t, None if tl != tl else float(tl), ol if ol >= 0 else None)
+            LagSample(
+                t,
+                None if tl != tl else float(tl),
+                ol if ol >= 0 else (None if ol == -1 else -2 - ol),
+                ol < -1,
+            )
             for t, tl, ol in self._samples(p)
         ]
 
@@ -779,6 +862,8 @@ class LagModel:
                 totals.offset_lag += olag
             elif olag < 0:
                 totals.unknown_offset_lag += 1
+            if olag >= 0 and p.log_end.stale:
+                totals.stale_end_offsets += 1
             if tlag == tlag:
                 if tlag > totals.max_time_lag_s:
                     totals.max_time_lag_s = tlag
@@ -797,6 +882,7 @@ class LagModel:
                 t.status,
                 t.unknown_time_lag,
                 t.unknown_offset_lag,
+                t.stale_end_offsets,
             )
             for (group, topic), t in sorted(acc.items())
         ]

@@ -1,7 +1,7 @@
 """The lag monitor: every registered cluster's ``__consumer_offsets``, one lag model each.
 
 ``LagMonitor`` runs one ``ClusterWorker`` per cluster of its ``Topology`` (the control
-plane's store: clusters, and routing tables for the labels). A worker has two threads:
+plane's store: clusters, and routing tables for the labels). A worker has three threads:
 
 - the *reader* first replays the cluster's snapshot (commits and last known end
   offsets), at once and without the cluster, so a monitor restarted while a cluster is
@@ -13,14 +13,19 @@ plane's store: clusters, and routing tables for the labels). A worker has two th
   topic reread. It saves the snapshot (with the model's end offsets, and the timestamps
   it looked up for commits that carry none) every ``snapshot_interval_s`` and on stop;
 - the *poller* asks for the log-end offsets of every tracked partition about every
-  ``end_offset_interval_s`` (one batched ListOffsets; and the log start offsets of
-  expected partitions without a commit, and every ``snapshot_interval_s`` those of every
-  tracked partition, so an expected partition of a cluster that went down has one) and
-  fetches the timestamps the model asks for
-  (``LagModel.timestamp_lookups``: foreign groups, streamplane groups that committed
-  while caught up and have fallen behind since, records at the log start). Partitions
-  whose end offsets go unanswered (a cluster down, or not reached yet after a restart)
-  keep their last known ends and are sampled into the history at the same interval.
+  ``end_offset_interval_s`` (``LogEnds.fetch_pass``: one ListOffsets per leader broker,
+  all at once, each bounded by ``end_offset_timeout_s``, leaders re-read and what failed
+  asked again once after a leader change; with them the log start offsets of expected
+  partitions without a commit, and every ``snapshot_interval_s`` those of every tracked
+  partition, so an expected partition of a cluster that went down has one) and fetches
+  the timestamps the model asks for (``LagModel.timestamp_lookups``: foreign groups,
+  streamplane groups that committed while caught up and have fallen behind since,
+  records at the log start). Partitions whose end offsets go unanswered (a broker down,
+  a leader moving, a cluster down or not reached yet after a restart) keep their last
+  known ends, reported *stale* (``LagModel.mark_stale``) until they are read again;
+- the *sampler* fills the history once per history bucket, three quarters into it
+  (``LagModel.fill_history``: a sample for every partition no poll sampled in that
+  bucket), so the history keeps its cadence however long a poll takes.
 
 Expected partitions: a *streamplane* group (one whose commits carry the commit-log
 metadata) reads every partition of every readable segment (active, draining, sealed)
@@ -120,6 +125,9 @@ class MonitorSettings:
     end_offset_interval_s: float = 1.0
     snapshot_interval_s: float = 5.0
     refresh_interval_s: float = 2.0
+    # Each broker's ListOffsets request (and a metadata refresh) is bounded by this: one
+    # dead broker holds a poll up this long at most, and not the others' answers.
+    end_offset_timeout_s: float = 2.0
     lookup_timeout_s: float = 0.5
     lookup_spacing_s: float = 0.1  # commits without a timestamp: look up at most this often
     poll_timeout_s: float = 0.1
@@ -155,6 +163,10 @@ class GroupSummary:
     status: LagStatus
     last_commit_ms: int | None
     unknown_offset_lag: int = 0
+    # Partitions whose offset lag counts from a stale end offset (the last known one:
+    # included in offset_lag, a lower bound), and the age of the oldest such end.
+    stale_end_offsets: int = 0
+    stale_end_offset_age_s: float | None = None
 
 
 def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
@@ -162,11 +174,16 @@ def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
     the time lag is the worst known one, the status the most severe (see
     ``LagAggregate``). Partitions whose lag is unknown are counted, not taken for caught
     up: ``unknown_offset_lag`` (offset lag unknown) and ``unknown_time_lag`` (time lag
-    unknown and not known to be 0: behind, or offset lag unknown). The CLI, the API,
-    ``/metrics`` and the dashboard all show this summary."""
+    unknown and not known to be 0: behind, or offset lag unknown). Partitions whose end
+    offset could not be read lately keep their last known end and count with it:
+    ``stale_end_offsets`` says how many (and ``stale_end_offset_age_s`` how old the
+    oldest is), so a total holding them is not taken for a current one. The CLI, the
+    API, ``/metrics`` and the dashboard all show this summary (the stale count: the CLI
+    and the API; ``/metrics`` and the dashboard do not show it yet)."""
     clusters: set[str] = set()
     streams: set[str] = set()
-    n = offset_lag = unknown = unknown_offset = 0
+    n = offset_lag = unknown = unknown_offset = stale = 0
+    stale_age: float | None = None
     worst: float | None = None
     status = LagStatus.OK
     last: int | None = None
@@ -180,6 +197,11 @@ def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
             unknown_offset += 1
         else:
             offset_lag += lag.offset_lag
+            if lag.end_offset_stale:
+                stale += 1
+                age = lag.end_offset_age_s
+                if age is not None and (stale_age is None or age > stale_age):
+                    stale_age = age
         if lag.time_lag_s is not None:
             worst = lag.time_lag_s if worst is None else max(worst, lag.time_lag_s)
         elif lag.offset_lag != 0:  # behind, or unknown
@@ -189,7 +211,7 @@ def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
             last = lag.last_commit_ms if last is None else max(last, lag.last_commit_ms)
     return GroupSummary(
         group, tuple(sorted(clusters)), tuple(sorted(streams)), n, offset_lag, worst, unknown,
-        status, last, unknown_offset,
+        status, last, unknown_offset, stale, stale_age,
     )  # fmt: skip
 
 
@@ -206,8 +228,24 @@ def _unreachable(bootstrap: str, timeout: float = 1.0) -> str | None:
     return "no bootstrap server answers (" + "; ".join(errors) + ")"
 
 
+def _unanswered(
+    missing: Iterable[tuple[str, int]], asked: int, failures: Mapping[tuple[str, int], str]
+) -> str | None:
+    """The poll's error line: how many end offsets went unanswered, and why (the
+    distinct reasons, at most three)."""
+    missing = list(missing)
+    if not missing:
+        return None
+    line = f"end offsets of {len(missing)} of {asked} partitions unanswered"
+    reasons = sorted({failures[tp] for tp in missing if tp in failures})
+    if reasons:
+        more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        line += f" ({'; '.join(reasons[:3])}{more})"
+    return line
+
+
 class ClusterWorker:
-    """One cluster: a reader thread, a poller thread, one lag model behind a lock."""
+    """One cluster: a reader, a poller and a sampler thread, one lag model behind a lock."""
 
     def __init__(
         self,
@@ -240,7 +278,6 @@ class ClusterWorker:
         # Why the last end-offset poll left partitions out (None: it answered for all).
         self.end_offsets_error: str | None = None
         self._bucket_ms = max(1, round(settings.thresholds.history_interval_s * 1000))
-        self._unanswered_sampled_ms = -(1 << 62)
         self._all_starts_due = 0.0  # monotonic: next log-start poll of every partition
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -252,6 +289,7 @@ class ClusterWorker:
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"lag-reader-{name}", daemon=True),
             threading.Thread(target=self._poll_loop, name=f"lag-poller-{name}", daemon=True),
+            threading.Thread(target=self._sample_loop, name=f"lag-sampler-{name}", daemon=True),
         ]
 
     def _now_ms(self) -> int:
@@ -488,9 +526,9 @@ class ClusterWorker:
         try:
             interval = self.settings.end_offset_interval_s
             # Until the reader is connected (the cluster may be down), no clients: the
-            # replayed partitions keep their last known ends and are sampled as they age.
-            while not self._ready.wait(interval):
-                self._sample_unanswered(None)
+            # replayed partitions keep their last known (stale) ends, and the sampler
+            # records them as they age.
+            self._ready.wait()
             if self._stop.is_set():
                 return
             ends = LogEnds(self.bootstrap)
@@ -534,18 +572,20 @@ class ClusterWorker:
         if all_starts:
             from_start = wanted
         try:
-            starts = ends.fetch(from_start, earliest=True) if from_start else {}
-            if all_starts:
-                self._all_starts_due = time.monotonic() + self.settings.snapshot_interval_s
-            observed = ends.fetch(asked)
+            # Ends and starts together, one request per leader: a dead broker holds up
+            # the pass by end_offset_timeout_s at most, and no other broker's answers.
+            observed, starts = ends.fetch_pass(
+                asked, from_start, self.settings.end_offset_timeout_s
+            )
         except (KafkaError, StreamplaneError) as exc:
             self.end_offsets_error = f"end offsets: {exc}"
-            self._sample_unanswered(wanted)
+            with self.lock:
+                self.model.mark_stale(wanted)
             raise
-        missing = len(asked) - len(observed)
-        self.end_offsets_error = (
-            f"end offsets of {missing} of {len(asked)} partitions unanswered" if missing else None
-        )
+        if all_starts:
+            self._all_starts_due = time.monotonic() + self.settings.snapshot_interval_s
+        missing = asked.difference(observed)
+        self.end_offsets_error = _unanswered(missing, len(asked), ends.failures)
         now = self._now_ms()
         with self.lock:
             for (topic, partition), start in starts.items():
@@ -560,20 +600,31 @@ class ClusterWorker:
             }
             for (topic, partition), end in observed.items():
                 self.model.observe_end_offset(topic, partition, end, now)
-        if missing:
-            self._sample_unanswered(wanted.difference(observed))
+            # Unanswered (or answered -1001): the last known ends stand, flagged stale.
+            self.model.mark_stale(missing)
         self._lookup_timestamps(lookup)
 
-    def _sample_unanswered(self, partitions: set[tuple[str, int]] | None) -> None:
-        """History samples for partitions whose end offsets went unanswered (None: all):
-        their last known ends stand and their time lag ages. At most once per history
-        bucket (a bucket keeps one point): cheap even for a large cluster that is down."""
-        now = self._now_ms()
-        if now - self._unanswered_sampled_ms < self._bucket_ms:
-            return
-        self._unanswered_sampled_ms = now
-        with self.lock:
-            self.model.sample(now, partitions)
+    # --------------------------------------------------------------- sampler thread
+    def _sample_loop(self) -> None:
+        """Three quarters into every history bucket, a sample for each partition that has
+        none in it yet (``LagModel.fill_history``): partitions whose ends went
+        unanswered, and all of them when no poll finished in the bucket (a cluster down,
+        a broker timing out). The polls sample what they observe; this keeps one point
+        per bucket for every partition whatever they do."""
+        bucket_s = self._bucket_ms / 1000.0
+        try:
+            while not self._stop.is_set():
+                now = self._clock()
+                target = (now // bucket_s + 0.75) * bucket_s
+                if target <= now:
+                    target += bucket_s
+                if self._stop.wait(target - now):
+                    return
+                now_ms = self._now_ms()
+                with self.lock:
+                    self.model.fill_history(now_ms)
+        except Exception:
+            log.exception("lag history sampler of %s failed", self.name)
 
     def _lookup_timestamps(self, lookup: TimestampLookup) -> None:
         with self.lock:
@@ -756,8 +807,11 @@ class LagMonitor:
         return [summarize(g, parts) for g, parts in sorted(by_group.items())]
 
     def group_history(self, group: str) -> dict[str, object]:
-        """Per partition history and, per history bucket, the group's worst time lag and
-        total offset lag. ``NotFound`` when no cluster tracks the group."""
+        """Per partition history ([time ms, time lag s, offset lag, stale]) and, per
+        history bucket, the group's worst time lag, total offset lag (over the partitions
+        whose offset lag is known, stale ones included at their last known end), how many
+        of those were stale and how many partitions had an unknown offset lag.
+        ``NotFound`` when no cluster tracks the group."""
         bucket_ms = max(1, round(self.settings.thresholds.history_interval_s * 1000))
         series: dict[int, list[float | int | None]] = {}
         partitions = []
@@ -770,17 +824,23 @@ class LagMonitor:
                         "partition": partition,
                         "stream": route[0] if route else None,
                         "lane": route[1] if route else None,
-                        "samples": [[s.time_ms, s.time_lag_s, s.offset_lag] for s in samples],
+                        "samples": [
+                            [s.time_ms, s.time_lag_s, s.offset_lag, s.stale] for s in samples
+                        ],
                     }
                 )
                 for s in samples:
                     b = s.time_ms // bucket_ms
-                    point = series.setdefault(b, [s.time_ms, None, 0])
+                    point = series.setdefault(b, [s.time_ms, None, 0, 0, 0])
                     point[0] = max(int(point[0] or 0), s.time_ms)
                     if s.time_lag_s is not None:
                         point[1] = max(float(point[1] or 0.0), s.time_lag_s)
                     if s.offset_lag is not None:
                         point[2] = int(point[2] or 0) + s.offset_lag
+                        if s.stale:
+                            point[3] = int(point[3] or 0) + 1
+                    else:
+                        point[4] = int(point[4] or 0) + 1
         if not partitions:
             raise NotFound(f"no tracked partitions of group {group!r}")
         return {

@@ -19,7 +19,9 @@ Without a usable snapshot (none, corrupt, another cluster id) it reads the topic
 the beginning; either way ``status`` says how long it took to catch up with the topic's
 end as it was at start (``catch_up_s``), and the time is logged.
 
-``LogEnds`` (log-end offsets through ``ListOffsets``, one batched request) and
+``LogEnds`` (log-end and log start offsets through ``ListOffsets``: one request per
+leader broker, each bounded, leaders re-read and failures retried once after a leader
+change) and
 ``TimestampLookup`` (the timestamp of the record at an offset, by fetching it: for
 groups whose metadata carries none) are the two other reads the monitor needs.
 
@@ -35,6 +37,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from streamplane.core.commitlog import is_streamplane_metadata, peek_low_watermark_timestamp
 from streamplane.core.offsets_topic import OffsetCommit, OffsetTombstone, decode_record
 from streamplane.exceptions import CodecError, KafkaError
-from streamplane.kafka.admin import QUIET, STALE_LEADER_EPOCH, refresh_metadata, to_kafka_error
+from streamplane.kafka.admin import QUIET, STALE_LEADER_EPOCH, to_kafka_error
 from streamplane.kafka.clients import consume_available
 
 log = logging.getLogger(__name__)
@@ -432,42 +435,189 @@ class OffsetsReader:
 
 
 # ------------------------------------------------------------------ log ends, timestamps
+# Errors that say the partition's leadership moved (or the client's view of it is old):
+# after a metadata refresh the partition is asked again at once, in the same pass.
+LEADERSHIP_MOVED = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "UNKNOWN_TOPIC_OR_PART",
+        "_UNKNOWN_PARTITION",
+        *STALE_LEADER_EPOCH,
+    }
+)
+# How long past its request timeout a ListOffsets call is waited for: librdkafka answers
+# a partition whose leader did not reply at the timeout (offset -1001, no error); a
+# Python deadline equal to the timeout lost that race and left every partition out.
+_ANSWER_SLACK_S = 0.5
+# A partition the metadata does not list (a topic created since, or deleted while a
+# group's commits on it are still tracked) has its leader looked up at most this often:
+# not a metadata request of the whole cluster at every poll for a deleted topic.
+_UNLISTED_REFRESH_S = 10.0
+
+OffsetAsk = tuple[bool, tuple[str, int]]
+"""(earliest, (topic, partition)): one offset to ask for."""
+
+
 class LogEnds:
-    """Log-end offsets (high watermarks), or log start offsets, of many partitions in one
-    ListOffsets call."""
+    """Log-end offsets (high watermarks) and log start offsets of many partitions.
+
+    One ListOffsets call per leader broker (and kind of offset), all in flight at once
+    and each bounded by the request timeout: librdkafka answers a call as a whole, so a
+    single call waited for the slowest leader, and a dead broker held every partition's
+    answer for the full timeout. Leaders come from the cluster's metadata, read when a
+    partition is not in it yet and again after any failure. A partition that fails (an
+    error, no answer, an offset of -1001) is asked again once in the same pass after
+    that refresh, when its leader changed or the error says leadership moved: after a
+    leader election the new leader answers within the pass instead of the client's
+    cached leader timing out pass after pass (measured, librdkafka 2.16: an admin client
+    that never reads metadata kept asking the dead broker for 40 s and more).
+    ``failures`` says why each partition of the last pass was left out."""
 
     def __init__(self, bootstrap: str, extra_config: Mapping[str, Any] | None = None) -> None:
         self._admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(extra_config or {})})
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._unlisted_refresh_due = 0.0  # monotonic
+        self.failures: dict[tuple[str, int], str] = {}
 
     def fetch(
         self, partitions: Iterable[tuple[str, int]], timeout: float = 5.0, *, earliest: bool = False
     ) -> dict[tuple[str, int], int]:
         """End offset (with ``earliest``: log start offset) per (topic, partition);
-        partitions that fail are left out."""
-        spec = (
-            OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-            if earliest
-            else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        partitions that fail are left out. ``timeout`` bounds each broker's request."""
+        wanted = list(partitions)
+        ends, starts = self.fetch_pass(
+            () if earliest else wanted, wanted if earliest else (), timeout
         )
-        request = {TopicPartition(t, p): spec for t, p in partitions}
-        if not request:
-            return {}
-        futures = self._admin.list_offsets(request, request_timeout=timeout)
-        deadline = time.monotonic() + timeout  # for them all, not per partition
-        out: dict[tuple[str, int], int] = {}
-        stale = False
-        for tp, fut in futures.items():
+        return starts if earliest else ends
+
+    def fetch_pass(
+        self,
+        ends: Iterable[tuple[str, int]],
+        starts: Iterable[tuple[str, int]] = (),
+        timeout: float = 2.0,
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """(end offsets of ``ends``, log start offsets of ``starts``), asked together:
+        one request per leader broker and kind, each bounded by ``timeout`` (plus a
+        metadata refresh and one retry of what failed when leadership moved). Partitions
+        that fail are left out (``failures`` says why)."""
+        asks: set[OffsetAsk] = {(False, tp) for tp in ends}
+        asks.update((True, tp) for tp in starts)
+        self.failures = {}
+        if not asks:
+            return {}, {}
+        unanswered = False  # a metadata request of this pass went unanswered
+        if self._unlisted_due(tp for _, tp in asks):
+            # A new topic: where its partitions lead.
+            unanswered = not self._refresh_leaders(timeout)
+        answered, failed = self._ask(asks, timeout)
+        if failed:
+            leaders = self._leaders
+            asked_of = {tp: leaders.get(tp, -1) for _, tp in failed}
+            # Learn the current leaders (and epochs): librdkafka's admin client does not
+            # after a leader change or a broker restart (FENCED_LEADER_EPOCH). Only the
+            # partitions of unlisted topics failing: no more often than they are looked
+            # up; nor again when the cluster has just not answered one.
+            if not unanswered and (
+                any(tp in leaders for tp in asked_of) or self._unlisted_due(asked_of)
+            ):
+                self._refresh_leaders(timeout)
+            leaders = self._leaders
+            retry = {
+                ask
+                for ask, why in failed.items()
+                if leaders.get(ask[1], -1) >= 0
+                and (leaders[ask[1]] != asked_of[ask[1]] or why in LEADERSHIP_MOVED)
+            }
+            if retry:
+                again, still = self._ask(retry, timeout)
+                answered.update(again)
+                for ask in again:
+                    del failed[ask]
+                failed.update(still)
+        self.failures = {tp: why for (_, tp), why in failed.items()}
+        out_ends: dict[tuple[str, int], int] = {}
+        out_starts: dict[tuple[str, int], int] = {}
+        for (earliest, tp), offset in answered.items():
+            (out_starts if earliest else out_ends)[tp] = offset
+        return out_ends, out_starts
+
+    def _ask(
+        self, asks: Iterable[OffsetAsk], timeout: float
+    ) -> tuple[dict[OffsetAsk, int], dict[OffsetAsk, str]]:
+        """One ListOffsets call per (kind, leader), all in flight at once; (answers,
+        failures with why)."""
+        calls: dict[tuple[bool, int], dict[TopicPartition, OffsetSpec]] = {}
+        leaders = self._leaders
+        for earliest, tp in asks:
+            spec = (
+                OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+                if earliest
+                else OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            )
+            calls.setdefault((earliest, leaders.get(tp, -1)), {})[TopicPartition(*tp)] = spec
+        answered: dict[OffsetAsk, int] = {}
+        failed: dict[OffsetAsk, str] = {}
+        pending: list[tuple[OffsetAsk, int, Future[Any]]] = []
+        for (earliest, leader), request in calls.items():
             try:
-                left = max(0.0, deadline - time.monotonic())
-                out[(tp.topic, tp.partition)] = int(fut.result(timeout=left).offset)
-            except KafkaException as exc:
-                # topic deleted, leader moving, cluster down: the next poll asks again
-                stale = stale or to_kafka_error(exc, "").code in STALE_LEADER_EPOCH
-            except TimeoutError:
+                futures = self._admin.list_offsets(request, request_timeout=timeout)
+            except (KafkaException, ValueError, TypeError) as exc:
+                for asked in request:
+                    failed[(earliest, (asked.topic, asked.partition))] = f"{exc}"
                 continue
-        if stale:  # after a broker restart: else every later poll fails the same way
-            refresh_metadata(self._admin, timeout)
-        return out
+            pending.extend(
+                ((earliest, (asked.topic, asked.partition)), leader, fut)
+                for asked, fut in futures.items()
+            )
+        wait([fut for _, _, fut in pending], timeout=timeout + _ANSWER_SLACK_S)
+        for ask, leader, fut in pending:
+            if not fut.done():
+                failed[ask] = _no_answer(leader, timeout)
+                continue
+            try:
+                offset = int(fut.result(timeout=0).offset)
+            except KafkaException as exc:
+                failed[ask] = to_kafka_error(exc, "").code or str(exc)
+            except Exception as exc:  # the whole call failed: librdkafka says why
+                failed[ask] = str(exc) or type(exc).__name__
+            else:
+                if offset >= 0:
+                    answered[ask] = offset
+                else:  # -1001: the leader did not answer within the request timeout
+                    failed[ask] = _no_answer(leader, timeout)
+        return answered, failed
+
+    def _unlisted_due(self, partitions: Iterable[tuple[str, int]]) -> bool:
+        """Whether a partition the metadata does not list is among ``partitions`` and
+        may be looked up now (``_UNLISTED_REFRESH_S`` after the last metadata read)."""
+        if time.monotonic() < self._unlisted_refresh_due:
+            return False
+        leaders = self._leaders
+        return any(tp not in leaders for tp in partitions)
+
+    def _refresh_leaders(self, timeout: float) -> bool:
+        """Read the cluster's metadata: the leader of every partition, and librdkafka's
+        cache learns them too. False (the leaders kept as they were) when the cluster
+        does not answer."""
+        try:
+            md = self._admin.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        self._unlisted_refresh_due = time.monotonic() + _UNLISTED_REFRESH_S
+        self._leaders = {
+            (topic, p): pm.leader
+            for topic, tm in md.topics.items()
+            if tm.error is None
+            for p, pm in tm.partitions.items()
+        }
+        return True
+
+
+def _no_answer(leader: int, timeout: float) -> str:
+    who = f"broker {leader}" if leader >= 0 else "the leader"
+    return f"no answer from {who} within {timeout:g}s"
 
 
 class TimestampLookup:

@@ -109,9 +109,12 @@ class _StubEnds:
 
     def __init__(self, ends: dict[tuple[str, int], int]) -> None:
         self.ends = ends
+        self.failures: dict[tuple[str, int], str] = {}
 
-    def fetch(self, partitions: object, timeout: float = 5.0) -> dict[tuple[str, int], int]:
-        return {tp: end for tp, end in self.ends.items() if tp in partitions}  # type: ignore[operator]
+    def fetch_pass(
+        self, ends: object, starts: object = (), timeout: float = 2.0
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        return {tp: end for tp, end in self.ends.items() if tp in ends}, {}  # type: ignore[operator]
 
 
 class _NoLookup:

@@ -19,16 +19,17 @@ class _Ends:
         self.down = False
         self.asked_starts: list[set[tuple[str, int]]] = []
 
-    def fetch(
-        self, partitions: object, timeout: float = 5.0, *, earliest: bool = False
-    ) -> dict[tuple[str, int], int]:
+        self.failures: dict[tuple[str, int], str] = {}
+
+    def fetch_pass(
+        self, ends: object, starts: object = (), timeout: float = 2.0
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
         if self.down:
             raise KafkaError("cluster down")
-        wanted = set(partitions)  # type: ignore[call-overload]
-        if earliest:
-            self.asked_starts.append(wanted)
-            return {tp: 38 for tp in wanted}
-        return {tp: 2038 for tp in wanted}
+        from_start = set(starts)  # type: ignore[call-overload]
+        if from_start:
+            self.asked_starts.append(from_start)
+        return {tp: 2038 for tp in ends}, {tp: 38 for tp in from_start}  # type: ignore[attr-defined]
 
 
 class _NoLookup:
