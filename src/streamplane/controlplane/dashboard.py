@@ -8,7 +8,11 @@ inline SVG (its line broken where the lag is unknown). Views are addressed by th
 fragment: ``/ui#/streams/<name>``, ``/ui#/groups/<group>``, the name percent-encoded (a
 group id may hold "/": ``#/groups/team%2Fa``); a malformed one is shown as an error.
 A cluster's health is the control plane's (``health`` of ``/v1/clusters``); what its
-``__consumer_offsets`` reader says is shown beside it, as detail.
+``__consumer_offsets`` reader says is shown beside it, as detail. A group's offset lag
+that counts partitions at a stale end offset (``stale_end_offsets``: not read at the
+last poll, a lower bound) reads ``5356 (2 stale)``, marked (``.stale``, the oldest age
+on hover and under the group page's title), and so do those partitions' ends
+(``1150 (stale 12.0 s)``) and offset lags in the group's partitions table.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoint annotations.

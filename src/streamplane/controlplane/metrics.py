@@ -7,11 +7,18 @@ Names (labels in braces):
   while unknown)
 - ``streamplane_group_offset_lag{...same}``, ``streamplane_group_committed_offset{...}``,
   ``streamplane_group_status{...}`` (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR)
+- ``streamplane_group_end_offset_stale{...same}``: 1 when the partition's offset lag
+  counts from a stale end offset (its last known end: not read at the last poll, a
+  broker down or a leader moving; the offset lag is then a lower bound), else 0
 - ``streamplane_group_max_time_lag_seconds{group}``, ``streamplane_group_total_offset_lag
   {group}``, ``streamplane_group_worst_status{group}``: the group across clusters (the
   lags over the partitions whose lag is known), with
   ``streamplane_group_unknown_offset_lag_partitions{group}`` and
-  ``streamplane_group_unknown_time_lag_partitions{group}`` counting the others
+  ``streamplane_group_unknown_time_lag_partitions{group}`` counting the others, and
+  ``streamplane_group_stale_end_offset_partitions{group}`` the partitions of the total
+  counted from a stale end offset, ``streamplane_group_stale_end_offset_age_seconds
+  {group}`` the oldest such end's age (absent when none is stale); per stream or
+  cluster: ``sum by (group, cluster) (streamplane_group_end_offset_stale)``
 - ``streamplane_stream_dlq_records{stream,cluster,topic}``: log-end offsets of dlq segments
 - ``streamplane_lag_reader_caught_up{cluster}``, ``..._resumed_from_snapshot{cluster}``,
   ``..._catch_up_seconds{cluster}``, ``..._records_read_total{cluster}``,
@@ -71,6 +78,11 @@ class LagCollector(Collector):
             "Partition status: 0 OK, 1 WARN, 2 STALL, 3 STOP, 4 ERR.",
             labels=PARTITION_LABELS,
         )
+        stale = GaugeMetricFamily(
+            "streamplane_group_end_offset_stale",
+            "1 when the offset lag counts from a stale (last known, not re-read) end offset.",
+            labels=PARTITION_LABELS,
+        )
         g_time = GaugeMetricFamily(
             "streamplane_group_max_time_lag_seconds",
             "The group's worst time lag over every cluster.",
@@ -94,6 +106,17 @@ class LagCollector(Collector):
         g_unknown_time = GaugeMetricFamily(
             "streamplane_group_unknown_time_lag_partitions",
             "The group's partitions not known to be caught up whose time lag is unknown.",
+            labels=["group"],
+        )
+        g_stale = GaugeMetricFamily(
+            "streamplane_group_stale_end_offset_partitions",
+            "The group's partitions whose offset lag counts from a stale end offset (in the"
+            " total at their last known end: a lower bound).",
+            labels=["group"],
+        )
+        g_stale_age = GaugeMetricFamily(
+            "streamplane_group_stale_end_offset_age_seconds",
+            "Age of the group's oldest stale end offset (absent when none is stale).",
             labels=["group"],
         )
         dlq = GaugeMetricFamily(
@@ -146,6 +169,9 @@ class LagCollector(Collector):
                 if lag.committed_offset is not None:
                     committed.add_metric(labels, lag.committed_offset)
                 status.add_metric(labels, int(lag.status))
+                # as summarize counts them: a stale end that gives an offset lag
+                is_stale = lag.end_offset_stale and lag.offset_lag is not None
+                stale.add_metric(labels, 1.0 if is_stale else 0.0)
                 by_group.setdefault(lag.group, []).append(p)
             for group, parts in by_group.items():
                 s = summarize(group, parts)
@@ -155,6 +181,9 @@ class LagCollector(Collector):
                 g_status.add_metric([group], int(s.status))
                 g_unknown_offset.add_metric([group], s.unknown_offset_lag)
                 g_unknown_time.add_metric([group], s.unknown_time_lag)
+                g_stale.add_metric([group], s.stale_end_offsets)
+                if s.stale_end_offsets and s.stale_end_offset_age_s is not None:
+                    g_stale_age.add_metric([group], s.stale_end_offset_age_s)
             for stream, cluster, topic, records in monitor.dlq_records():
                 dlq.add_metric([stream, cluster, topic], records)
             for r in monitor.readers():
@@ -164,8 +193,9 @@ class LagCollector(Collector):
                     r_catch.add_metric([r.cluster], r.catch_up_s)
                 r_tracked.add_metric([r.cluster], r.commits_tracked)
                 r_read.add_metric([r.cluster], r.records_read)
-        yield from (time_lag, offset_lag, committed, status, g_time, g_offset, g_status)
-        yield from (g_unknown_offset, g_unknown_time, dlq)
+        yield from (time_lag, offset_lag, committed, status, stale)
+        yield from (g_time, g_offset, g_status, g_unknown_offset, g_unknown_time)
+        yield from (g_stale, g_stale_age, dlq)
         yield from (r_caught, r_resumed, r_catch, r_tracked, r_read)
 
 

@@ -178,8 +178,8 @@ def summarize(group: str, parts: Iterable[LabelledLag]) -> GroupSummary:
     offset could not be read lately keep their last known end and count with it:
     ``stale_end_offsets`` says how many (and ``stale_end_offset_age_s`` how old the
     oldest is), so a total holding them is not taken for a current one. The CLI, the
-    API, ``/metrics`` and the dashboard all show this summary (the stale count: the CLI
-    and the API; ``/metrics`` and the dashboard do not show it yet)."""
+    API, ``/metrics`` and the dashboard all show this summary, the stale count
+    included."""
     clusters: set[str] = set()
     streams: set[str] = set()
     n = offset_lag = unknown = unknown_offset = stale = 0

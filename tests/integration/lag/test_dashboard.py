@@ -3,7 +3,9 @@
 Against the real control plane and fleet: from a stream to its group, the lag chart has
 data (also for a group id with a "/"). Against ``StubApi`` (the dashboard's own files
 and canned API answers, so a state such as a dead cluster needs no dead broker): the
-health badge, a malformed URL fragment, seal labels, the chart's gaps and y ticks.
+health badge, a malformed URL fragment, seal labels, the chart's gaps and y ticks; and
+stale end offsets, with the stub serving what the real app answers over a lag monitor
+fed directly (a broker down needs no broker).
 
 Needs Debian's chromium (``infra/chromium/ensure-chromium.sh``); without it the tests
 fail and say so, they do not skip. The screenshot is saved in the test's tmp dir.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,13 +27,21 @@ import httpx
 import pytest
 
 from streamplane.client.producer import StreamProducer
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.dashboard import STATIC
+from streamplane.controlplane.lag_api import lag_plane
 from streamplane.core.commitlog import PartitionProgress, encode
+from streamplane.lag.monitor import ClusterWorker, LagMonitor, MonitorSettings, static_topology
+from streamplane.lag.reader import CommitEvent, CommitState
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
 from tests.integration.lag.cdp import Browser, chromium_path
 from tests.integration.lag.conftest import commit, unique
 from tests.waiting import wait_for
+
+with warnings.catch_warnings():  # "install httpx2": the pinned httpx works
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 CHART_POINTS = (
     "(() => { const p = document.querySelector('#lag-chart path.series');"
@@ -423,3 +434,117 @@ def test_the_lag_chart_y_ticks_are_round(stub_api: StubApi, browser: Browser) ->
         ".filter((t) => /^[0-9.]+ (s|min|h|d)$/.test(t))"
     )
     assert labels == ["0 min", "5 min", "10 min", "15 min"]
+
+
+# ------------------------------------------------- stale end offsets (real API answers)
+class _LiveEnds:
+    """LogEnds answering ``ends`` but for the partitions in ``dead`` (their leader's
+    broker is down: ``LogEnds.fetch_pass`` leaves them out, with a reason)."""
+
+    def __init__(self, ends: dict[tuple[str, int], int]) -> None:
+        self.ends = ends
+        self.dead: set[tuple[str, int]] = set()
+        self.failures: dict[tuple[str, int], str] = {}
+
+    def fetch_pass(
+        self, ends: Any, starts: Any = (), timeout: float = 2.0
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        self.failures = {tp: "no answer from broker 2 within 2s" for tp in self.dead}
+        return {tp: e for tp, e in self.ends.items() if tp in ends and tp not in self.dead}, {}
+
+
+class _NoLookup:
+    def lookup(self, wanted: object, timeout: float = 1.0) -> dict[tuple[str, int, int], int]:
+        return {}
+
+
+def _stale_group_answers(tmp_path: Path) -> dict[str, Any]:
+    """What the control plane answers for group ``dead`` (a foreign group, three
+    partitions at 257 of 1150 on local-a) after the broker leading partitions 1 and 2
+    died: a real ``LagMonitor`` fed its commits and end-offset polls directly (as the
+    unit tests of the monitor do), read through the real app's routes."""
+    now = [1_767_261_600.0]
+    topic = "sp.orders.realtime.e1"
+    worker = ClusterWorker(
+        "local-a", "127.0.0.1:1", MonitorSettings(), lambda: now[0],
+        lambda c, t: ("orders", "realtime"),
+    )  # fmt: skip
+    for p in range(3):
+        state = CommitState(257, int((now[0] - 60) * 1000), None, False)
+        worker._apply([CommitEvent(("dead", topic, p), state)])
+    ends = _LiveEnds({(topic, p): 1_150 for p in range(3)})
+    worker._poll_once(ends, _NoLookup())  # type: ignore[arg-type]
+    now[0] += 6
+    ends.dead = {(topic, 1), (topic, 2)}
+    worker._poll_once(ends, _NoLookup())  # type: ignore[arg-type]
+    now[0] += 6  # the stale ends are 12 s old
+    monitor = LagMonitor(static_topology({}), clock=lambda: now[0])
+    monitor._workers["local-a"] = worker
+    settings = ControlPlaneSettings(
+        db_url=f"sqlite:///{tmp_path / 'cp.db'}", api_token="t" * 16, lag_monitor=False
+    )
+    paths = ["/v1/groups", "/v1/lag?group=dead", "/v1/groups/dead/lag/history"]
+    with TestClient(create_app(settings)) as client:
+        lag_plane(client.app).monitor = monitor
+        try:
+            answers = {path: client.get(path).json() for path in paths}
+        finally:
+            lag_plane(client.app).monitor = None
+    (group,) = answers["/v1/groups"]
+    assert (group["offset_lag"], group["stale_end_offsets"]) == (3 * 893, 2)
+    assert group["stale_end_offset_age_s"] == 12.0
+    return answers
+
+
+def test_stale_end_offsets_are_shown_where_the_lag_is(
+    stub_api: StubApi, browser: Browser, tmp_path: Path
+) -> None:
+    """With a broker down, a group's offset lag counts two partitions at their last known
+    end: /v1/groups says ``stale_end_offsets: 2``, the CLI ``2679 (2 stale)``. The
+    dashboard showed a plain ``2679``, as current as any, and the partitions' ends as
+    if just read."""
+    stub_api.answers.update(_stale_group_answers(tmp_path))
+    browser.open(f"{stub_api.url}/ui#/")
+    browser.wait_for(
+        "document.querySelector('#view')?.dataset.view === 'fleet'", "the fleet view", 10
+    )
+    row = _row(browser, "dead")
+    assert row is not None
+    assert "2679 (2 stale)" in row["text"]
+    cell = browser.evaluate(
+        "(() => { const s = document.querySelector('#view tbody .stale');"
+        " return s ? {text: s.innerText, title: s.title, n: s.dataset.stale,"
+        " style: getComputedStyle(s).fontStyle} : null; })()"
+    )
+    assert cell is not None, "the stale total is marked"
+    assert cell["text"] == "2679 (2 stale)" and cell["n"] == "2"
+    assert "up to 12.0 s old" in cell["title"]  # the oldest age, on hover
+    assert cell["style"] == "italic"  # does not look like a plain number
+
+    browser.evaluate("location.hash = '#/groups/dead'")
+    browser.wait_for(
+        "document.querySelector('#view')?.dataset.view === 'groups'", "the group view", 10
+    )
+    title = browser.evaluate("document.querySelector('#view h2').innerText")
+    assert "offset lag 2679 (2 stale)" in title
+    assert browser.evaluate("!!document.querySelector('#view h2 .stale')")
+    note = browser.evaluate("document.querySelector('#view .stale-note')?.innerText")
+    assert note is not None and "2 partitions stale" in note and "up to 12.0 s old" in note
+    rows = browser.evaluate(
+        "[...document.querySelectorAll('#view tbody tr')].map((r) => ({"
+        " partition: r.cells[4].innerText, end: r.cells[6].innerText,"
+        " lag: r.cells[7].innerText, stale: r.classList.contains('stale-end'),"
+        " marked: !!r.cells[6].querySelector('.stale')"
+        " && !!r.cells[7].querySelector('.stale') }))"
+    )
+    by_partition = {r["partition"]: r for r in rows}
+    assert by_partition["0"] == {
+        "partition": "0", "end": "1150", "lag": "893", "stale": False, "marked": False,
+    }  # fmt: skip
+    for p in ("1", "2"):
+        assert by_partition[p]["end"] == "1150 (stale 12.0 s)"
+        assert by_partition[p]["lag"] == "893"
+        assert by_partition[p]["stale"] and by_partition[p]["marked"]
+    shot = tmp_path / "dashboard-stale.png"
+    browser.screenshot(shot)
+    print(f"\nscreenshot: {shot}")

@@ -52,15 +52,54 @@ const streamLink = (s) =>
 
 // A group's lag covers its partitions whose lag is known; the others are counted beside
 // it (a group with partitions of unknown lag is not caught up as far as anyone knows).
-const withUnknown = (known, unknown) => (unknown ? `${known} (${unknown} unknown)` : known);
-const groupOffsetLag = (g) => withUnknown(`${g.offset_lag}`, g.unknown_offset_lag);
-const groupTimeLag = (g) => withUnknown(seconds(g.max_time_lag_s), g.unknown_time_lag);
+// Partitions whose end offset is stale (not read at the last poll: a broker down, a
+// leader moving) are in the offset lag at their last known end, a lower bound: counted
+// beside it too, "5356 (2 stale)", and the whole marked (.stale, the age on hover).
+// These return HTML.
+function withNotes(known, unknown, stale = 0) {
+  const notes = [[unknown, "unknown"], [stale, "stale"]].filter(([n]) => n)
+    .map(([n, what]) => `${n} ${what}`);
+  return notes.length ? `${known} (${notes.join(", ")})` : known;
+}
+
+function staleNote(n, age) {
+  const old = age === null || age === undefined ? "" : `, up to ${seconds(age)} old`;
+  return `${n} partition${n === 1 ? "" : "s"} stale: end offset not read at the last poll`
+    + `${old}; the offset lag counts the last known end (a lower bound)`;
+}
+
+function groupOffsetLag(g) {
+  const stale = g.stale_end_offsets || 0;
+  const text = esc(withNotes(`${g.offset_lag}`, g.unknown_offset_lag, stale));
+  if (!stale) return text;
+  const title = esc(staleNote(stale, g.stale_end_offset_age_s));
+  return `<span class="stale" data-stale="${stale}" title="${title}">${text}</span>`;
+}
+
+const groupTimeLag = (g) => esc(withNotes(seconds(g.max_time_lag_s), g.unknown_time_lag));
+
+// A partition's end offset and offset lag: "1150 (stale 12.0 s)" when the end is stale.
+function partitionEnd(p) {
+  if (p.end_offset === null || p.end_offset === undefined) return "–";
+  if (!p.end_offset_stale) return `${p.end_offset}`;
+  const age = p.end_offset_age_s;
+  const note = age === null || age === undefined ? "stale" : `stale ${seconds(age)}`;
+  return `<span class="stale" title="end offset not read at the last poll: the last known one">`
+    + `${p.end_offset} (${esc(note)})</span>`;
+}
+
+function partitionOffsetLag(p) {
+  if (p.offset_lag === null || p.offset_lag === undefined) return "–";
+  if (!p.end_offset_stale) return `${p.offset_lag}`;
+  return `<span class="stale" title="counted from a stale end offset: a lower bound">`
+    + `${p.offset_lag}</span>`;
+}
 
 function groupRows(groups) {
   return groups.map((g) => `<tr>
     <td>${groupLink(g.group)}</td><td>${esc(g.streams.join(", ") || "–")}</td>
     <td>${esc(g.clusters.join(", "))}</td><td class="num">${g.partitions}</td>
-    <td class="num">${esc(groupOffsetLag(g))}</td><td class="num">${esc(groupTimeLag(g))}</td>
+    <td class="num">${groupOffsetLag(g)}</td><td class="num">${groupTimeLag(g)}</td>
     <td>${status(g.status)}</td></tr>`);
 }
 
@@ -182,16 +221,21 @@ async function groupView(group) {
     const last = samples.length ? samples[samples.length - 1][0] : 0;
     if (lag.now_ms > last) samples.push([lag.now_ms, summary.max_time_lag_s]);
   }
-  const rows = lag.partitions.map((p) => `<tr><td>${esc(p.cluster)}</td>
+  const rows = lag.partitions.map((p) => `<tr${p.end_offset_stale ? ' class="stale-end"' : ""}>
+    <td>${esc(p.cluster)}</td>
     <td>${p.stream ? streamLink(p.stream) : "–"}</td><td>${esc(p.lane || "–")}</td>
     <td>${esc(p.topic)}</td><td class="num">${p.partition}</td>
-    <td class="num">${p.committed_offset ?? "–"}</td><td class="num">${p.end_offset ?? "–"}</td>
-    <td class="num">${p.offset_lag ?? "–"}</td><td class="num">${seconds(p.time_lag_s)}</td>
+    <td class="num">${p.committed_offset ?? "–"}</td><td class="num">${partitionEnd(p)}</td>
+    <td class="num">${partitionOffsetLag(p)}</td><td class="num">${seconds(p.time_lag_s)}</td>
     <td>${status(p.status)}</td><td>${when(p.last_commit_ms)}</td></tr>`);
+  const stale = summary ? summary.stale_end_offsets || 0 : 0;
+  const note = stale
+    ? `<p class="stale-note">${esc(staleNote(stale, summary.stale_end_offset_age_s))}</p>` : "";
   return `
     <h2>Group ${esc(group)} ${summary ? status(summary.status) : ""}
-      <span class="muted">time lag ${summary ? esc(groupTimeLag(summary)) : "–"},
-      offset lag ${summary ? esc(groupOffsetLag(summary)) : "–"}</span></h2>
+      <span class="muted">time lag ${summary ? groupTimeLag(summary) : "–"},
+      offset lag ${summary ? groupOffsetLag(summary) : "–"}</span></h2>
+    ${note}
     <div id="lag-chart">${chart(samples)}</div>
     <h2>Partitions</h2>
     ${table(["cluster", "stream", "lane", "topic", "partition", "committed", "end",
