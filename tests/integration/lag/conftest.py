@@ -1,8 +1,7 @@
-"""Helpers for the lag tests: raw commits with metadata, unique names, metric values."""
+"""Helpers for the lag tests: raw commits with metadata, unique names."""
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from confluent_kafka import Consumer, TopicPartition
@@ -33,14 +32,3 @@ def commit(
 
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:8]}"
-
-
-def metric_value(text: str, name: str, **labels: str) -> float | None:
-    """The value of the Prometheus sample ``name`` with these labels in ``text``."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None

@@ -27,7 +27,8 @@ from streamplane.client.producer import StreamProducer
 from streamplane.core.commitlog import PartitionProgress, encode
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import commit, metric_value, unique
+from tests.integration.lag.conftest import commit, unique
+from tests.prometheus import metric_value
 from tests.waiting import wait_for
 
 RATE = 40.0  # records/s produced

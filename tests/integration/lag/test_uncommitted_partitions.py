@@ -22,7 +22,8 @@ from streamplane.cli.lag import lag as lag_cli
 from streamplane.client.consumer import StreamConsumer
 from streamplane.local.control_plane_process import ControlPlaneProcess
 from streamplane.local.fleet import FleetDescriptor
-from tests.integration.lag.conftest import metric_value, unique
+from tests.integration.lag.conftest import unique
+from tests.prometheus import metric_value
 from tests.waiting import wait_for
 
 

@@ -4,52 +4,17 @@ partition (with stream, lane and cluster), like ``/v1/lag`` and the CLI show the
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-
 from prometheus_client import generate_latest
 
 from streamplane.controlplane.metrics import new_registry
 from streamplane.lag.monitor import ClusterWorker, LagMonitor, MonitorSettings, static_topology
 from streamplane.lag.reader import CommitEvent, CommitState
+from tests.prometheus import metric_value
+from tests.unit.lag.stubs import T0_S, Clock, NoLookup, StubEnds
 
-T0_S = 1_700_000_000.0
 TOPIC_A = "sp.orders.realtime.e1"
 TOPIC_B = "sp.orders.realtime.e2"
 ROUTE = ("orders", "realtime")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0_S
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Ends:
-    """LogEnds answering ``ends`` except the partitions in ``dead`` (their leader is down:
-    ``LogEnds.fetch_pass`` leaves them out, with a reason)."""
-
-    def __init__(self, ends: dict[tuple[str, int], int]) -> None:
-        self.ends = ends
-        self.dead: set[tuple[str, int]] = set()
-        self.failures: dict[tuple[str, int], str] = {}
-
-    def fetch_pass(
-        self,
-        ends: Iterable[tuple[str, int]],
-        starts: Iterable[tuple[str, int]] = (),
-        timeout: float = 2.0,
-    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-        self.failures = {tp: "no answer from broker 2 within 2s" for tp in self.dead}
-        live = [tp for tp in ends if tp in self.ends and tp not in self.dead]
-        return {tp: self.ends[tp] for tp in live}, {}
-
-
-class NoLookup:
-    def lookup(self, wanted: object, timeout: float = 1.0) -> dict[tuple[str, int, int], int]:
-        return {}
 
 
 def _worker(name: str, clock: Clock, topic: str, group: str, partitions: int) -> ClusterWorker:
@@ -58,17 +23,6 @@ def _worker(name: str, clock: Clock, topic: str, group: str, partitions: int) ->
         state = CommitState(257, int((T0_S - 60) * 1000), None, False)
         w._apply([CommitEvent((group, topic, p), state)])
     return w
-
-
-def metric_value(text: str, name: str, **labels: str) -> float | None:
-    """The value of the first sample ``name`` with these labels in ``text`` (None: none)."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
-    return None
 
 
 def _scrape(monitor: LagMonitor) -> str:
@@ -82,8 +36,8 @@ def test_stale_end_offsets_are_counted_per_group_and_flagged_per_partition() -> 
     clock = Clock()
     a = _worker("local-a", clock, TOPIC_A, "g", 3)
     b = _worker("local-b", clock, TOPIC_B, "g", 1)
-    ends_a = Ends({(TOPIC_A, p): 1_150 for p in range(3)})
-    ends_b = Ends({(TOPIC_B, 0): 1_150})
+    ends_a = StubEnds({(TOPIC_A, p): 1_150 for p in range(3)})
+    ends_b = StubEnds({(TOPIC_B, 0): 1_150})
     a._poll_once(ends_a, NoLookup())  # type: ignore[arg-type]
     b._poll_once(ends_b, NoLookup())  # type: ignore[arg-type]
     monitor = LagMonitor(static_topology({}), clock=clock)
