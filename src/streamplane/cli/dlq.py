@@ -34,7 +34,11 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
 
     With --json, a key or value is its text when it is valid UTF-8 ("" when empty, null
     when the record has none); any other bytes are given exactly, in base64, as
-    "key_base64" or "value_base64" instead."""
+    "key_base64" or "value_base64" instead. "headers" lists the record's own headers
+    (the sp-dlq-* ones are its "provenance") as {"name", "value"} objects in order, each
+    value given as a key's is; "replayed_from" is the dead letter a replayed copy came
+    from (its sp-replayed-from header), else null. The table marks such a copy's origin
+    "(replayed)"."""
     if limit < 1:
         raise click.BadParameter("must be at least 1", param_hint="--limit")
     with connect(url, token) as client:
@@ -51,6 +55,8 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                         **_bytes_field("key", d.key),
                         **_bytes_field("value", d.value),
                         "provenance": _typed(d.provenance),
+                        "headers": [{"name": k, **_bytes_field("value", v)} for k, v in d.headers],
+                        "replayed_from": d.replayed_from,
                     }
                     for d in letters
                 ],
@@ -96,7 +102,7 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
         [
             f"{d.topic}[{d.partition}]@{d.offset}",
             "-",
-            "(no provenance: written to the dlq lane directly)",
+            "(no provenance: written to the dlq lane directly)" + _replayed(d),
             "-",
             "",
         ]
@@ -107,7 +113,8 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
             _one_line(
                 f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
                 f"@{d.provenance.get('offset', '?')}"
-            ),
+            )
+            + _replayed(d),
             _one_line(d.provenance.get("attempts", "?")),
             _one_line(d.provenance.get("error", "")[:60])
             + (
@@ -123,6 +130,12 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
         click.echo(counted(len(letters), "record"))
     else:
         click.echo(f"the first {counted(limit, 'record')}: more follow (--limit N shows more)")
+
+
+def _replayed(d: DeadLetter) -> str:
+    """The table's mark on a dead letter that is a replayed copy (``sp-replayed-from``):
+    a replay sent it back and it was rejected again (``--json`` says from which)."""
+    return " (replayed)" if d.replayed_from is not None else ""
 
 
 # Control characters (line breaks among them) in a table cell, escaped: an error

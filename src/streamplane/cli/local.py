@@ -107,12 +107,28 @@ def up(
 
 
 @local.command("down")
-@click.option("--purge", is_flag=True, help="Also delete the brokers' data and logs.")
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also delete the brokers' data and logs (even with nothing running).",
+)
 @data_dir_option
 def down(purge: bool, data_dir: Path) -> None:
-    """Stop every broker of the fleet. Nothing running is not an error."""
-    stopped = LocalFleet(data_dir).down(purge=purge)
+    """Stop every broker of the fleet. Nothing running is not an error.
+
+    With --purge, also delete the brokers' directories (<data-dir>/<cluster>/broker-<id>),
+    running or not; nothing else under the data directory is touched.
+    """
+    fleet = LocalFleet(data_dir)
+    stopped = fleet.down()
     click.echo(f"stopped {counted(stopped, 'broker')}" if stopped else "no local fleet running")
+    if purge:
+        deleted = fleet.purge()
+        if deleted:
+            names = ", ".join(str(p.relative_to(fleet.data_dir)) for p in deleted)
+            click.echo(f"deleted the fleet's data and logs in {fleet.data_dir}: {names}")
+        else:
+            click.echo(f"no local fleet data to delete in {fleet.data_dir}")
 
 
 @local.command("status")

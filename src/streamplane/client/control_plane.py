@@ -42,7 +42,12 @@ from urllib.parse import quote
 import httpx
 
 from streamplane import __version__
-from streamplane.core.routing import DEFAULT_LANES, RoutingTable, routing_from_json
+from streamplane.core.routing import (
+    DEFAULT_LANES,
+    RoutingTable,
+    routing_from_json,
+    validate_stream_name,
+)
 from streamplane.exceptions import (
     ConfigError,
     Conflict,
@@ -190,6 +195,7 @@ class ControlPlaneClient:
         max_record_bytes: int = 1048576,
     ) -> RoutingTable:
         """Create the stream and its topics (every lane and the dlq) on ``cluster``."""
+        validate_stream_name(name)  # a ConfigError with the rule, before any request
         body = {
             "name": name,
             "cluster": cluster,

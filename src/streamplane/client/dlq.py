@@ -45,8 +45,16 @@ _ENDS_TIMEOUT_S = 5.0
 _ASSIGN_WAIT_S = 15.0
 
 
+# The header a replay gives each copy: the dead letter it came from (topic:partition:offset).
+REPLAYED_FROM = "sp-replayed-from"
+
+
 @dataclass(frozen=True)
 class DeadLetter:
+    """A record of the dlq lane: ``provenance`` is its ``sp-dlq-*`` headers (without the
+    prefix), ``headers`` the others, in order: the record's own ones (``content-type``,
+    ...) and, on a replayed copy that was dead-lettered again, ``sp-replayed-from``."""
+
     cluster: str
     topic: str
     partition: int
@@ -54,6 +62,18 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     provenance: dict[str, str]
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+    @property
+    def replayed_from(self) -> str | None:
+        """The dead letter this one is a replayed copy of (``topic:partition:offset``),
+        if a replay sent it back and it was dead-lettered again (the latest replay's, when
+        it went round more than once: each replay appends its own)."""
+        found = None
+        for k, v in self.headers:
+            if k == REPLAYED_FROM and v is not None:
+                found = v.decode(errors="replace")
+        return found
 
 
 @dataclass(frozen=True)
@@ -116,6 +136,7 @@ def list_dead_letters(
                     msg.key,
                     msg.value,
                     read_provenance(msg.headers),
+                    tuple((k, v) for k, v in msg.headers or [] if not k.startswith(PREFIX)),
                 )
             )
             msg.ack()  # nothing is committed (read-only); it keeps the in-flight window open
@@ -407,9 +428,7 @@ def replay_dead_letters(
             if lane not in lanes:
                 lane = lanes[0]
             headers = [(k, v) for k, v in (msg.headers or []) if not k.startswith(PREFIX)]
-            headers.append(
-                ("sp-replayed-from", f"{msg.topic}:{msg.partition}:{msg.offset}".encode())
-            )
+            headers.append((REPLAYED_FROM, f"{msg.topic}:{msg.partition}:{msg.offset}".encode()))
             try:
                 producer.send(msg.value, key=msg.key, headers=headers, lane=lane)
             except RecordTooLarge as exc:

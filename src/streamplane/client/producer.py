@@ -50,7 +50,12 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
-from streamplane.core.routing import RoutingTable, SegmentState, topic_max_message_bytes
+from streamplane.core.routing import (
+    RoutingTable,
+    SegmentState,
+    topic_max_message_bytes,
+    validate_stream_name,
+)
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, NotFound, ProduceError, RecordTooLarge
 from streamplane.kafka.clients import producer_config
@@ -256,7 +261,7 @@ class StreamProducer:
             raise ConfigError(f"max_record_bytes must be a positive int, not {max_record_bytes!r}")
         if delivery_reports not in ("errors", "all"):
             raise ConfigError("delivery_reports must be 'errors' or 'all'")
-        self.stream = stream
+        self.stream = validate_stream_name(stream)
         self._client = control_plane
         self._default_lane = lane
         self._max_record_bytes = max_record_bytes
@@ -312,8 +317,8 @@ class StreamProducer:
                 self._max_record_bytes = bound
             elif self._max_record_bytes > bound:
                 raise ConfigError(
-                    f"max_record_bytes={self._max_record_bytes} is above stream "
-                    f"{self.stream!r}'s bound of {bound} bytes"
+                    f"max_record_bytes={self._max_record_bytes} is above the bound of "
+                    f"stream {self.stream!r} ({bound} bytes)"
                 )
             if self._default_lane is None:
                 self._default_lane = table.lanes[0]

@@ -56,7 +56,9 @@ READABLE_STATES = frozenset({SegmentState.ACTIVE, SegmentState.DRAINING, Segment
 
 
 def validate_stream_name(name: str) -> str:
-    if not _STREAM_NAME.fullmatch(name):
+    """``name`` if it is a valid stream name, else a ConfigError stating the rule: the one
+    check of the control plane and of the client (which checks before any request)."""
+    if not isinstance(name, str) or not _STREAM_NAME.fullmatch(name):
         raise ConfigError(
             f"invalid stream name {name!r}: use 1-63 lower-case letters, digits and '-', "
             "starting with a letter or digit"

@@ -314,9 +314,47 @@ class LocalFleet:
             _stop_pid(b.pid, b.config_file, grace_s=20.0)
         self.descriptor_file.unlink()
         if purge:
-            for name in desc.clusters:
-                _remove_tree(self.data_dir / name)
+            self.purge(desc)
         return stopped
+
+    def purge(self, desc: FleetDescriptor | None = None) -> list[Path]:
+        """Delete the fleet's broker data and logs; returns the directories deleted.
+
+        Nothing running is fine: this is what ``local down --purge`` does after a plain
+        ``local down`` removed the descriptor. Only what ``up`` and ``add-broker`` create
+        is deleted: ``<data-dir>/<cluster>/broker-<id>/`` directories holding the
+        ``server.properties`` the fleet wrote (its ``log.dirs`` is that directory's
+        ``data/``), or named by the descriptor ``desc``; a cluster directory goes too once
+        nothing else is left in it. Anything else under the data directory (the control
+        plane's state, a warehouse, a user's files) stays. Refuses, deleting nothing,
+        while a process still runs with one of those brokers' settings.
+        """
+        brokers = set(_fleet_broker_dirs(self.data_dir))
+        if desc is not None:
+            for c in desc.clusters.values():
+                for b in c.brokers:
+                    bdir = Path(b.config_file).parent
+                    if bdir.parent.parent == self.data_dir and _BROKER_DIR.fullmatch(bdir.name):
+                        brokers.add(bdir)
+        for bdir in sorted(brokers):
+            pid = _process_using(bdir / "server.properties")
+            if pid is not None:
+                raise LocalFleetError(
+                    f"broker data in {bdir} is in use by pid {pid}: not deleting anything; "
+                    "stop that process first"
+                )
+        deleted: list[Path] = []
+        for cluster_dir in sorted({b.parent for b in brokers}):
+            mine = sorted(b for b in brokers if b.parent == cluster_dir)
+            for bdir in mine:
+                _remove_tree(bdir)
+            try:
+                cluster_dir.rmdir()  # only if nothing else is left in it
+            except OSError:
+                deleted += [b for b in mine if not b.exists()]
+            else:
+                deleted.append(cluster_dir)
+        return deleted
 
     # ------------------------------------------------------------------ faults
     def kill_broker(self, cluster: str, node_id: int) -> BrokerInfo:
@@ -706,6 +744,45 @@ def _ensure_writable(path: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"data dir {path} is not writable: {exc.strerror or exc}") from exc
+
+
+_BROKER_DIR = re.compile(r"broker-[0-9]+")
+
+
+def _fleet_broker_dirs(data_dir: Path) -> list[Path]:
+    """The ``<cluster>/broker-<id>`` directories under ``data_dir`` that a local fleet
+    made: each holds a ``server.properties`` whose ``log.dirs`` is its own ``data/``
+    (``broker_in``), wherever the data directory has been moved since."""
+    found: list[Path] = []
+    if not data_dir.is_dir():
+        return found
+    for bdir in sorted(data_dir.glob("*/broker-*")):
+        config_file = bdir / "server.properties"
+        if not (_BROKER_DIR.fullmatch(bdir.name) and bdir.is_dir() and config_file.is_file()):
+            continue
+        if bdir.is_symlink() or bdir.parent.is_symlink():
+            continue
+        try:
+            lines = config_file.read_text().splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        config = dict(line.split("=", 1) for line in lines if "=" in line)
+        log_dirs = Path(config.get("log.dirs", ""))
+        if "node.id" in config and log_dirs.parts[-2:] == (bdir.name, "data"):
+            found.append(bdir)
+    return found
+
+
+def _process_using(config_file: Path) -> int | None:
+    """The pid of a live process started with ``config_file`` (a broker), if any."""
+    wanted = str(config_file).encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if wanted in (proc / "cmdline").read_bytes().split(b"\0"):
+                return int(proc.name)
+    return None
 
 
 def _remove_tree(path: Path) -> None:
