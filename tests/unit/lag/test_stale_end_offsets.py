@@ -130,14 +130,12 @@ def test_a_dead_groups_total_does_not_fall_when_partitions_go_unanswered() -> No
     )
 
     labelled = [LabelledLag("local-a", parts[p]) for p in range(6)]
-    doc = {
-        "monitor": True,
-        "groups": [GroupLagOut.of(after).model_dump()],
-        "partitions": [PartitionLagOut.of(p).model_dump() for p in labelled],
-    }
-    assert doc["groups"][0]["stale_end_offsets"] == 2
-    assert doc["partitions"][2]["end_offset_stale"] is True
-    assert doc["partitions"][2]["end_offset_age_s"] == 6.0
+    groups = [GroupLagOut.of(after).model_dump()]
+    partitions = [PartitionLagOut.of(p).model_dump() for p in labelled]
+    doc = {"monitor": True, "groups": groups, "partitions": partitions}
+    assert groups[0]["stale_end_offsets"] == 2
+    assert partitions[2]["end_offset_stale"] is True
+    assert partitions[2]["end_offset_age_s"] == 6.0
     out = render(doc, "dead")
     assert "1150 (stale 6.0s)" in out
     assert "group dead: offset lag 5358 (2 stale)" in out
