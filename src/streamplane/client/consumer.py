@@ -66,9 +66,9 @@ from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
-from streamplane.core.routing import DLQ_LANE, RoutingTable
+from streamplane.core.routing import DLQ_LANE, RoutingTable, validate_stream_name
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError
+from streamplane.exceptions import ConfigError, NotFound
 from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
@@ -272,6 +272,12 @@ def _not_run(awaitable: object) -> TypeError:
     )
 
 
+def _offset_order(msg: StreamMessage) -> tuple[str, str, int, int]:
+    """Records of each partition in offset order."""
+    key = msg._run.state.key
+    return key.cluster, key.topic, key.partition, msg.offset
+
+
 def _redeliver(msg: StreamMessage) -> None:
     """Make ``msg`` a ``_Redelivery`` (the same slots: only its class changes, with no
     new object per retry)."""
@@ -458,7 +464,7 @@ class StreamConsumer:
         ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive int, not {value!r}")
-        self.stream = stream
+        self.stream = validate_stream_name(stream)
         self.group = group
         self._client = control_plane
         self._lanes = list(lanes) if lanes is not None else None
@@ -482,8 +488,13 @@ class StreamConsumer:
         self._cpu_meter = CpuMeter()
         self._extra = dict(extra_config or {})
         self._watcher = RoutingWatcher(control_plane, stream)
+        self._watcher.add_gone_listener(self._on_gone)
         self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
-        self._polling = threading.Lock()  # held by a poll, and by close
+        # Held by a poll, and by close. Reentrant so that ``close`` can tell that its own
+        # thread holds it (``_polling_is_mine``): called from a signal handler, or from
+        # anything else running on the thread that polls, it cannot wait for the poll.
+        self._polling = threading.RLock()
+        self._polling_is_mine: Callable[[], bool] = self._polling._is_owned  # type: ignore[attr-defined]
         # The fetching clients, one per (cluster, lane priority); and as _fetch polls
         # them: the highest lane last (the one waited on when nothing else came).
         self._consumers: dict[tuple[str, int], Consumer] = {}
@@ -528,6 +539,15 @@ class StreamConsumer:
         self._last_commit = time.monotonic()
         self._opened = False
         self._closed = False
+        # ``close`` was called on the thread that polls, while it polled: the poll
+        # completes the close as it returns (``_closed_mid_poll``), or, while ``run``
+        # hands records to threads (``_run_closes``), ``run`` does once they are done.
+        self._close_requested = False
+        self._run_closes = False
+        self._run_thread: int | None = None  # the thread of a ``run`` with threads
+        # Why the stream is no more (deleted), once the routing watch says so: polls
+        # raise NotFound from then on, so ``run`` and iteration end.
+        self._gone: str | None = None
         # The batch an iteration (or a sequential ``run``) is handing out: ``close`` empties
         # it, so the loop stops at the next record at no cost per record (``_handed_out``).
         self._in_hand: list[StreamMessage] | None = None
@@ -605,9 +625,16 @@ class StreamConsumer:
         self.close()
 
     def close(self) -> None:
-        """Commit what is settled and leave."""
+        """Commit what is settled and leave.
+
+        Safe from a signal handler, and from anything else that runs on the thread that
+        polls while it polls: the close is then only requested, and completed as the
+        poll returns (it returns at once): the iteration ends, and ``run`` returns once
+        the records its threads hold are handled, their acks in the closing commit."""
         if self._closed or not self._opened:
             self._closed = True
+            if self._close_requested and not self._run_closes and not self._polling_is_mine():
+                self._finish_requested_close()  # a poll that requested it ended in error
             return
         self._closed = True
         in_hand = self._in_hand
@@ -616,10 +643,39 @@ class StreamConsumer:
             # rest of its batch: their acks would come after this commit, and be lost
             # (the records handled again by the next reader).
             in_hand.clear()
+        if self._polling_is_mine() or (
+            self._run_closes and self._run_thread == threading.get_ident()
+        ):
+            # Called on the thread that is polling (a SIGTERM handler runs on the main
+            # thread, between two steps of its poll): waiting for the poll would wait on
+            # itself (it hung), and closing the clients under their consume call is not
+            # safe. The poll sees ``_closed`` and returns, completing the close. On the
+            # thread of a ``run`` with threads (waiting for a free place, say), ``run``
+            # completes it once its threads are done: their acks are in the commit.
+            self._close_requested = True
+            return
         # A poll running on another thread (``run``, an iteration) returns first: closing
         # a librdkafka client under its consume call hung, and its housekeeping then
         # found the committer stopped.
         with self._polling:
+            self._close()
+
+    def _finish_requested_close(self) -> None:
+        """Complete a close requested on the polling thread (``close``), once its poll
+        returned."""
+        with self._polling:
+            if self._close_requested:
+                self._close_requested = False
+                self._close()
+
+    def _closed_mid_poll(self, out: list[StreamMessage]) -> None:
+        """A poll during which its own thread called ``close`` (holding ``_polling``):
+        the records it took are not handed out (their acks would come after the closing
+        commit: unsettled, they are read again after a restart), and the close is
+        completed now, unless ``run`` does once its threads are done."""
+        self.stats["delivered"] -= len(out)
+        if not self._run_closes:
+            self._close_requested = False
             self._close()
 
     def _close(self) -> None:
@@ -627,8 +683,9 @@ class StreamConsumer:
         try:
             with self._lock:
                 self._apply_acks()  # nacks past max_attempts are dead-lettered now
-            self._flush_dlq(5.0)
-            self.commit()
+            if self._gone is None:  # else its dlq lane is deleted too: nothing to write to
+                self._flush_dlq(5.0)
+            self.commit()  # nothing once the stream is deleted (``_commit``)
             if self._membership is not None:
                 self._membership.stop(leave=True)  # our units move on at once
         finally:
@@ -703,6 +760,12 @@ class StreamConsumer:
 
     def _on_routing(self, table: RoutingTable) -> None:
         self._pending_routing = table  # applied by the consuming thread
+
+    def _on_gone(self, reason: str) -> None:
+        """The stream was deleted (the routing watch says so): polls raise NotFound from
+        their next housekeeping on, so ``run`` and iteration end, as a producer's
+        ``send`` does. Nothing is committed from then on: its topics are deleted."""
+        self._gone = reason
 
     def _assign(self, table: RoutingTable) -> None:
         """Read what the routing offers and (with the Assigner) what this member owns."""
@@ -953,6 +1016,8 @@ class StreamConsumer:
                 buf.size += len(msgs)
             self.stats["delivered"] -= len(messages)
             self._until_housekeeping = 0
+        if self._close_requested and not self._run_closes:  # ``close`` from a signal handler
+            self._finish_requested_close()
 
     def waiting_partitions(self) -> list[PartitionKey]:
         """Partitions this consumer should read and does not yet: where they start has
@@ -1004,7 +1069,14 @@ class StreamConsumer:
         with self._polling:
             if self._closed:
                 return []
-            return self._poll_batch(max_records, timeout)
+            out: list[StreamMessage] = []
+            try:
+                out = self._poll_batch(max_records, timeout)
+            finally:
+                if self._close_requested:  # ``close`` on this thread (a signal handler)
+                    self._closed_mid_poll(out)
+                    out = []
+            return out
 
     def _poll_batch(self, max_records: int, timeout: float) -> list[StreamMessage]:
         if not self._opened:
@@ -1026,6 +1098,8 @@ class StreamConsumer:
         deadline = time.monotonic() + timeout
         membership = self._membership
         while True:
+            if self._gone is not None:
+                raise NotFound(f"{self._gone}: the consumer stops")
             if membership is not None and membership.lease_lapsed():
                 # No heartbeat answered for our lease (the process was stopped, or
                 # starved): our units may have moved on, and their buffered records been
@@ -1484,7 +1558,7 @@ class StreamConsumer:
         (housekeeping does not wait: the consuming thread keeps handing out records
         while the commit's broker round trip, or a spill, runs)."""
         self._last_commit = time.monotonic()
-        if self.read_only:
+        if self.read_only or self._gone is not None:  # a deleted stream's topics are gone
             return
         if self._membership is not None and not self._membership.may_commit():
             # Our lease ran out while the control plane answers: the units may have a new
@@ -1517,13 +1591,19 @@ class StreamConsumer:
         stop: threading.Event | None = None,
         non_retryable: tuple[type[Exception], ...] = (),
     ) -> None:
-        """Call ``handler`` for every record until ``stop`` is set; an exception nacks.
+        """Call ``handler`` for every record until ``stop`` is set or the consumer is
+        closed; an exception nacks. Raises NotFound once the stream is deleted.
 
         With ``concurrency`` > 1, records are handled in a thread pool and acked out of
         order. With ``key_ordered``, records with the same key are handled one at a time
-        in offset order. An exception of a ``non_retryable`` type (a record that can
-        never succeed: undecodable, invalid) rejects the record at once, to the dlq
-        lane, instead of retrying it ``max_attempts`` times.
+        in offset order; records without a key (None) have no order to keep and are
+        handled like unordered ones. A record waiting behind its key holds no thread and
+        does not keep other keys' records from the pool. Once ``stop`` is set, a key's
+        records not started yet are not started: they are put back, unsettled (handed
+        out again by a later ``run`` or iteration, or read again after a restart). An
+        exception of a ``non_retryable`` type (a record that can never succeed:
+        undecodable, invalid) rejects the record at once, to the dlq lane, instead of
+        retrying it ``max_attempts`` times.
         """
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int of at least 1, not {concurrency!r}")
@@ -1561,46 +1641,98 @@ class StreamConsumer:
             for msg in self._handed_out(stop, 0.2):
                 handle(msg)
             return
+        self._run_pool(handle, concurrency, key_ordered, stop)
 
+    def _run_pool(
+        self,
+        handle: Callable[[StreamMessage], None],
+        concurrency: int,
+        key_ordered: bool,
+        stop: threading.Event,
+    ) -> None:
+        """``run`` with a thread pool (or ``key_ordered``).
+
+        ``slots`` bounds the tasks given to the pool and not done (running, or waiting
+        for a thread) to 2 * ``concurrency``. With ``key_ordered``, a key's task handles
+        its records one after another, and a record polled while its key has a task
+        waits in the key's queue, taking no slot: when each waiting record held one, a
+        slow key's queued records took them all, and every other key and partition
+        waited (7 of 8 threads idle; other keys from ~400 to ~25 records/s). What waits
+        behind keys stays bounded all the same: those records are unsettled, and a
+        partition holding ``max_in_flight`` unsettled records is paused
+        (``_flow_control``), so polls run dry.
+        """
         slots = threading.Semaphore(concurrency * 2)
-        key_queues: dict[bytes | None, deque[StreamMessage]] = {}
+        key_queues: dict[bytes, deque[StreamMessage]] = {}
         key_lock = threading.Lock()
 
-        def work(first: StreamMessage) -> None:
-            # With key_ordered, the thread goes on with the key's queued records itself
-            # (submitting them to the pool failed once ``stop`` had shut it down, and
-            # they were never handled).
-            msg: StreamMessage | None = first
-            while msg is not None:
-                try:
-                    handle(msg)
-                finally:
-                    slots.release()
-                if not key_ordered:
-                    return
-                with key_lock:
-                    q = key_queues[msg.key]
-                    q.popleft()
-                    if q:
-                        msg = q[0]
-                    else:
-                        del key_queues[msg.key]
-                        msg = None
+        def ended() -> bool:
+            return stop.is_set() or self._closed or self._gone is not None
 
-        with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
-            while not stop.is_set() and not self._closed:
-                polled = self.poll(0.2)
-                if polled is None:
-                    continue
-                msg = polled
-                slots.acquire()
-                if key_ordered:
+        def work(msg: StreamMessage) -> None:
+            try:
+                handle(msg)
+            finally:
+                slots.release()
+
+        def work_key(msg: StreamMessage, key: bytes) -> None:
+            # The thread goes on with the key's queued records itself (submitting them
+            # to the pool failed once ``stop`` had shut it down, and they were never
+            # handled). Once the run ends it starts none: its queue stays, without a
+            # task (records polled for the key meanwhile join it, not a new task, which
+            # would handle them before those), and is put back when ``run`` returns.
+            try:
+                while True:
+                    handle(msg)
                     with key_lock:
-                        q = key_queues.setdefault(msg.key, deque())
-                        q.append(msg)
-                        if len(q) > 1:
-                            continue  # runs after the records before it with this key
-                pool.submit(work, msg)
+                        queue = key_queues[key]
+                        queue.popleft()
+                        if not queue:
+                            del key_queues[key]
+                            return
+                        if ended():
+                            return
+                        msg = queue[0]
+            finally:
+                slots.release()
+
+        left: list[StreamMessage] = []  # polled as the run ended: not started
+        self._run_thread = threading.get_ident()
+        self._run_closes = True  # a close requested on this thread waits for the pool
+        try:
+            with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
+                while not stop.is_set() and not self._closed:
+                    polled = self.poll(0.2)
+                    if polled is None:
+                        continue
+                    msg = polled
+                    if stop.is_set():
+                        left.append(msg)
+                        break
+                    key = msg.key if key_ordered else None
+                    if key is not None:
+                        with key_lock:
+                            queue = key_queues.get(key)
+                            if queue is not None:
+                                queue.append(msg)  # after the records before it
+                                continue
+                            key_queues[key] = deque((msg,))
+                        slots.acquire()
+                        pool.submit(work_key, msg, key)
+                    else:  # unordered, or a record without a key: no order to keep
+                        slots.acquire()
+                        pool.submit(work, msg)
+        finally:
+            self._run_closes = False
+            self._run_thread = None
+            # The tasks are done: what is still queued behind a key was never started.
+            for queue in key_queues.values():
+                left += queue
+            if left and not self._closed and self._gone is None:
+                left.sort(key=_offset_order)
+                self._hand_back(left)
+            if self._close_requested:
+                self._finish_requested_close()
 
     def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
         """CPU, records/s and per-unit throughput, smoothed over ~_LOAD_SMOOTHING_S,

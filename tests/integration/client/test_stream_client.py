@@ -524,7 +524,7 @@ def test_a_producer_bound_above_the_streams_is_refused(
     the same bound): a consumer rejecting it had it handed back forever."""
     client = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=1, max_record_bytes=1000)
-    with pytest.raises(ConfigError, match=r"above stream .* bound of 1000 bytes"):
+    with pytest.raises(ConfigError, match=r"above the bound of stream .* \(1000 bytes\)"):
         StreamProducer(stream, client, max_record_bytes=100_000).open()
     for bad in ("10", 0):
         with pytest.raises(ConfigError, match="max_record_bytes must be a positive int"):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.core.routing import new_routing_table, validate_stream_name
@@ -42,6 +43,15 @@ def test_the_producer_refuses_a_bad_stream_name_when_made(name: str) -> None:
     with pytest.raises(ConfigError) as err:
         StreamProducer(name, control_plane)  # type: ignore[arg-type]
     assert str(err.value) == _server_message(name)
+    assert f"invalid stream name {name!r}: {RULE}" == str(err.value)
+    assert control_plane.calls == []
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_the_consumer_refuses_a_bad_stream_name_when_made(name: str) -> None:
+    control_plane = _Unreachable()
+    with pytest.raises(ConfigError) as err:
+        StreamConsumer(name, "g", control_plane)  # type: ignore[arg-type]
     assert f"invalid stream name {name!r}: {RULE}" == str(err.value)
     assert control_plane.calls == []
 
