@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-import streamplane.cli.dlq as cli_dlq
 import streamplane.client.dlq as client_dlq
-from streamplane.client.dlq import DeadLetter, DlqListing, list_dead_letters
+from streamplane.client.dlq import DeadLetter, list_dead_letters
 from streamplane.client.provenance import dlq_headers, read_provenance, source_headers
+from tests.unit.cli.dlq_listing import dlq_list_of
 
 TOPIC = "sp.s.dlq.e1"
 
@@ -63,21 +60,8 @@ def letters() -> list[DeadLetter]:
 
 @pytest.fixture
 def listed(monkeypatch: pytest.MonkeyPatch) -> Any:
-    @contextmanager
-    def connect(url: str, token: str | None) -> Iterator[object]:
-        yield object()
-
-    monkeypatch.setattr(cli_dlq, "connect", connect)
-    monkeypatch.setattr(
-        cli_dlq, "list_dead_letters", lambda client, stream, limit: DlqListing(letters(), [])
-    )
-
-    def run(*args: str) -> str:
-        result = CliRunner().invoke(cli_dlq.dlq, ["list", "s", *args])
-        assert result.exit_code == 0, result.output
-        return result.output
-
-    return run
+    """``listed(*args)``: the output of ``dlq list s *args`` over letters()."""
+    return dlq_list_of(monkeypatch, letters())
 
 
 def test_json_lists_each_letters_own_headers(listed: Any) -> None:

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import streamplane.cli.dlq as cli_dlq
 from streamplane.client.dlq import DeadLetter, DlqListing
+from tests.unit.cli.dlq_listing import dlq_list_of
 
 TOPIC = "sp.s.dlq.e1"
 
@@ -46,23 +47,8 @@ LETTERS = [
 
 @pytest.fixture
 def listed(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``listed(*args)``: the output of ``dlq list s *args`` over ``LETTERS``."""
-
-    @contextmanager
-    def connect(url: str, token: str | None) -> Iterator[object]:
-        yield object()
-
-    monkeypatch.setattr(cli_dlq, "connect", connect)
-    monkeypatch.setattr(
-        cli_dlq, "list_dead_letters", lambda client, stream, limit: DlqListing(LETTERS, [])
-    )
-
-    def run(*args: str) -> str:
-        result = CliRunner().invoke(cli_dlq.dlq, ["list", "s", *args])
-        assert result.exit_code == 0, result.output
-        return result.output
-
-    return run
+    """``listed(*args)``: the output of ``dlq list s *args`` over LETTERS."""
+    return dlq_list_of(monkeypatch, LETTERS)
 
 
 def original(field: str, record: dict[str, Any]) -> bytes | None:

@@ -164,3 +164,15 @@ def poll(c: StreamConsumer, clock: Clock, seconds: float) -> list[StreamMessage]
     out = c.poll_batch(100, 0)
     clock.now += seconds
     return out + c.poll_batch(100, 0)
+
+
+class Unreachable:
+    """A control plane that must not be called: any attribute asked of it fails the test
+    (and is listed in ``calls``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls.append(name)
+        raise AssertionError(f"the control plane was called: {name}")

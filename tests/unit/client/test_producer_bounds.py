@@ -22,6 +22,7 @@ from streamplane.client.producer import StreamProducer
 from streamplane.controlplane.service import topic_config
 from streamplane.core.routing import new_routing_table
 from streamplane.exceptions import ProduceError, RecordTooLarge
+from tests.unit.client.harness import Unreachable
 from tests.unit.client.test_producer_close import unanswered_producer
 
 
@@ -156,21 +157,10 @@ def test_send_batch_refuses_a_value_of_another_type_and_counts_what_it_queued() 
         producer.close(0.1)
 
 
-class _Unreachable:
-    """A control plane that must not be called."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        self.calls.append(name)
-        raise AssertionError(f"the control plane was called: {name}")
-
-
 def test_a_producer_closed_before_it_was_opened_is_not_opened_by_send() -> None:
     """``send`` opened it first (fetching the routing, sending a heartbeat), then
     raised "the producer is closed"."""
-    control_plane = _Unreachable()
+    control_plane = Unreachable()
     producer = StreamProducer("s", control_plane)  # type: ignore[arg-type]
     producer.close()
     for call in (

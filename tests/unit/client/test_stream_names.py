@@ -14,20 +14,10 @@ from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.producer import StreamProducer
 from streamplane.core.routing import new_routing_table, validate_stream_name
 from streamplane.exceptions import ConfigError
+from tests.unit.client.harness import Unreachable
 
 RULE = "use 1-63 lower-case letters, digits and '-', starting with a letter or digit"
 BAD_NAMES = ["Orders!", "", "-orders", "orders/x", ".", "a" * 64, "orders\n"]
-
-
-class _Unreachable:
-    """A control plane that must not be called."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __getattr__(self, name: str) -> Any:
-        self.calls.append(name)
-        raise AssertionError(f"the control plane was called: {name}")
 
 
 def _server_message(name: str) -> str:
@@ -39,7 +29,7 @@ def _server_message(name: str) -> str:
 
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_the_producer_refuses_a_bad_stream_name_when_made(name: str) -> None:
-    control_plane = _Unreachable()
+    control_plane = Unreachable()
     with pytest.raises(ConfigError) as err:
         StreamProducer(name, control_plane)  # type: ignore[arg-type]
     assert str(err.value) == _server_message(name)
@@ -49,7 +39,7 @@ def test_the_producer_refuses_a_bad_stream_name_when_made(name: str) -> None:
 
 @pytest.mark.parametrize("name", BAD_NAMES)
 def test_the_consumer_refuses_a_bad_stream_name_when_made(name: str) -> None:
-    control_plane = _Unreachable()
+    control_plane = Unreachable()
     with pytest.raises(ConfigError) as err:
         StreamConsumer(name, "g", control_plane)  # type: ignore[arg-type]
     assert f"invalid stream name {name!r}: {RULE}" == str(err.value)
@@ -71,12 +61,12 @@ def test_create_stream_refuses_a_bad_name_before_any_request(
 
 def test_a_non_string_name_gets_the_rule_too() -> None:
     with pytest.raises(ConfigError, match="invalid stream name None: use 1-63"):
-        StreamProducer(None, _Unreachable())  # type: ignore[arg-type]
+        StreamProducer(None, Unreachable())  # type: ignore[arg-type]
 
 
 def test_good_names_pass() -> None:
     for name in ("orders", "0rders", "logs-intake", "a" * 63):
-        assert StreamProducer(name, _Unreachable()).stream == name  # type: ignore[arg-type]
+        assert StreamProducer(name, Unreachable()).stream == name  # type: ignore[arg-type]
 
 
 class _ControlPlane:
