@@ -33,8 +33,8 @@ DescribeLogDirs at most every tenth of the window) is reported to ``on_stall`` w
 stuck partitions, again every window while it lasts, and once more when it moves again;
 the apply keeps waiting (cancelling a copy on a timer is the operator's call).
 
-A watch pass (``on_poll``, then the reads of where the batch stands) is bounded: with an
-admin that has ``bounded(seconds)`` (``KafkaOpsAdmin``), its calls give up after
+A watch pass (``on_poll``, then the reads of where the batch stands) is bounded: inside
+the admin's ``bounded(seconds)``, its calls give up after
 ``read_bound`` seconds together instead of retrying for the adapter's usual 20 s (a
 broker that just died, still in the metadata until it is fenced, held the progress for
 13-25 s). A pass whose reads failed that way decides nothing: the progress is reported
@@ -315,7 +315,7 @@ class ExecutorParams:
     """Seconds without progress before ``on_stall`` is told (None: never). The apply
     keeps waiting either way."""
     read_bound: float | None = READ_BOUND_S
-    """Seconds one watch pass may spend on the cluster's answers (with an admin that has
+    """Seconds one watch pass may spend on the cluster's answers (the admin's
     ``bounded``; None: the adapter's own retries)."""
     read_give_up: float = READ_GIVE_UP_S
     """Reads failing without a break for this long end the apply."""
@@ -520,10 +520,9 @@ class Executor:
 
     def _bounded(self) -> contextlib.AbstractContextManager[Any]:
         """A watch pass's bound on the admin's calls (see the module docstring)."""
-        bounded = getattr(self.admin, "bounded", None)
-        if bounded is None or self.params.read_bound is None:
+        if self.params.read_bound is None:
             return contextlib.nullcontext()
-        return bounded(self.params.read_bound)  # type: ignore[no-any-return]
+        return self.admin.bounded(self.params.read_bound)
 
     @staticmethod
     def _read(fn: Callable[[], T], failure: list[KafkaError]) -> T | None:

@@ -160,6 +160,11 @@ class OpsAdmin(Protocol):
         """Create a topic with an explicit replica assignment (partition -> replicas)."""
         ...
 
+    def bounded(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """Calls made inside give up ``seconds`` after it began, all of them together
+        (each is tried at least once), instead of the adapter's usual retries."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -9,6 +9,7 @@ injected; every mutating call is recorded in ``calls``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,10 @@ class StubOpsAdmin:
                 del self.running[key]
 
     # ------------------------------------------------------------------ OpsAdmin
+    def bounded(self, seconds: float) -> contextlib.AbstractContextManager[None]:
+        """In memory, every call answers at once: nothing to bound."""
+        return contextlib.nullcontext()
+
     def brokers(self) -> dict[int, BrokerNode]:
         self._check("brokers")
         return {b: n for b, n in self.brokers_.items() if b not in self.dead}
