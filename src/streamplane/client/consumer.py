@@ -548,6 +548,10 @@ class StreamConsumer:
         self._last_commit = time.monotonic()
         self._opened = False
         self._closed = False
+        self._torn_down = False  # ``_close`` ran (it runs once, however it is reached)
+        # ``close`` came while ``open`` ran (a signal handler as ``with`` starts): the
+        # iteration and ``run`` end at once instead of raising that it is closed.
+        self._closed_while_opening = False
         # ``close`` was called on the thread that polls, while it polled: the poll
         # completes the close as it returns (``_closed_mid_poll``), or, while ``run``
         # hands records to threads (``_run_closes``), ``run`` does once they are done.
@@ -567,6 +571,8 @@ class StreamConsumer:
     def open(self) -> Self:
         """Fetch the routing, restore committed progress, start reading."""
         if self._closed:
+            if self._closed_while_opening:  # its iteration and ``run`` end at once
+                return self
             raise ConfigError(
                 f"consumer of stream {self.stream!r} (group {self.group!r}) is closed: "
                 "make a new one"
@@ -575,7 +581,7 @@ class StreamConsumer:
             return self
         table = self._watcher.start()
         try:
-            return self._open(table)
+            self._open(table)
         except BaseException:
             # Nothing half-open is left behind: no watch thread, heartbeat or client.
             self._watcher.stop()
@@ -585,8 +591,17 @@ class StreamConsumer:
             if self._dlq is not None:
                 self._dlq.close()
             raise
+        if self._closed:
+            self._closed_while_opening = True
+            # ``close`` came while this opened (a signal handler, another thread): it
+            # found nothing open and only marked the consumer closed. What opened since
+            # (the watch, the group's heartbeat, the dlq producer, the Kafka clients)
+            # is closed now, not left running.
+            with self._polling:
+                self._close()
+        return self
 
-    def _open(self, table: RoutingTable) -> Self:
+    def _open(self, table: RoutingTable) -> None:
         lanes = self._lanes if self._lanes is not None else list(table.lanes)
         for lane in lanes:
             if lane not in table.all_lanes:
@@ -623,7 +638,6 @@ class StreamConsumer:
         self._assign(table)
         self._watcher.add_listener(self._on_routing)
         self._opened = True
-        return self
 
     def __enter__(self) -> Self:
         return self.open()
@@ -688,6 +702,9 @@ class StreamConsumer:
             self._close()
 
     def _close(self) -> None:
+        if self._torn_down:
+            return
+        self._torn_down = True
         self._watcher.stop()
         try:
             with self._lock:
@@ -1090,6 +1107,8 @@ class StreamConsumer:
     def _poll_batch(self, max_records: int, timeout: float) -> list[StreamMessage]:
         if not self._opened:
             self.open()
+            if self._closed:  # closed while it opened
+                return []
         # Fast path: hand out what is buffered, or else what the client has fetched
         # already; housekeeping once at least _HOUSEKEEPING_EVERY records went out (a
         # fetch is smaller than that: waiting for an empty buffer instead ran it every

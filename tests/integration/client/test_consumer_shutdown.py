@@ -125,3 +125,45 @@ def test_run_raises_not_found_once_the_stream_is_deleted(
     closer.start()
     closer.join(60)
     assert not closer.is_alive(), "close() hung after the stream was deleted"
+
+
+def test_close_while_opening_closes_what_the_open_started(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """``close`` comes while ``open`` runs (a SIGTERM handler as ``with StreamConsumer``
+    starts): it found nothing open, yet ``open`` went on to start the group's heartbeat,
+    the dlq producer and the Kafka clients, and nothing closed them (the member kept its
+    partitions as long as the process lived). Now ``open`` closes them as it ends, and
+    the iteration hands out nothing."""
+    client: ControlPlaneClient = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    produce_numbers(client, stream, 50)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumers: list[StreamConsumer] = []
+
+    class ClosingOnRouting(ControlPlaneClient):
+        def routing(self, name: str) -> Any:
+            table = super().routing(name)
+            consumers[0].close()  # the signal arrives as the routing is read
+            return table
+
+    closing = ClosingOnRouting(control_plane.url, token=control_plane.token)
+    consumer = StreamConsumer(stream, group, closing)
+    consumers.append(consumer)
+    with consumer:
+        assert list(consumer) == []
+    assert consumer._torn_down
+    for kafka_consumer in consumer._consumers.values():
+        with pytest.raises(RuntimeError):  # confluent-kafka: "Consumer closed"
+            kafka_consumer.assignment()
+    membership = consumer._membership
+    assert membership is not None and membership._thread is not None
+    assert not membership._thread.is_alive()
+
+    def members() -> Any:
+        try:
+            return client.describe_group(group).get("members")
+        except NotFound:
+            return None
+
+    wait_for("the member to leave its group", lambda: not members(), 10)
