@@ -334,6 +334,13 @@ class StreamProducer:
         self._watcher.add_listener(lambda _table: self.heartbeat.beat_now())
         self._watcher.add_gone_listener(self._on_gone)
         self._opened = True
+        if self._closed:
+            # ``close`` came while this opened (a signal handler, another thread): it
+            # found nothing open. What the open started since (the watch, the Kafka
+            # producers, the heartbeat, which counted it live for the sealer) goes now.
+            self._watcher.stop()
+            self._producers.clear()
+            self.heartbeat.leave()
         return self
 
     def __enter__(self) -> Self:

@@ -1,5 +1,6 @@
-"""Ending a consumer: SIGTERM whose handler calls ``close()``, and the stream deleted
-under a running consumer (real fleet and control plane).
+"""Ending a consumer: SIGTERM whose handler calls ``close()``, ``close()`` while it
+opens (a producer's too), and the stream deleted under a running consumer (real fleet
+and control plane).
 
 Found by an exploratory run (an application following docs/client.md): ``close()``
 from a SIGTERM handler hung for good (the handler runs on the main thread, which held
@@ -21,7 +22,8 @@ import pytest
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.exceptions import NotFound
+from streamplane.client.producer import StreamProducer
+from streamplane.exceptions import NotFound, ProduceError
 from tests.waiting import wait_for
 
 from .records import produce_numbers
@@ -167,3 +169,30 @@ def test_close_while_opening_closes_what_the_open_started(
             return None
 
     wait_for("the member to leave its group", lambda: not members(), 10)
+
+
+def test_a_producer_closed_while_opening_lets_go_of_what_the_open_started(
+    control_plane: Any, stream_factory: Any
+) -> None:
+    """The producer's ``close`` found nothing open and returned; the open went on to
+    start its Kafka producers and its heartbeat, which counted it live for the sealer
+    for as long as the process lived. Now the open lets them go as it ends, and the
+    producer leaves the stream's live producers."""
+    client: ControlPlaneClient = control_plane.client()
+    stream = stream_factory(cluster="local-a", partitions=2)
+    producers: list[StreamProducer] = []
+
+    class ClosingOnRouting(ControlPlaneClient):
+        def routing(self, name: str) -> Any:
+            table = super().routing(name)
+            producers[0].close()  # the signal arrives as the routing is read
+            return table
+
+    closing = ClosingOnRouting(control_plane.url, token=control_plane.token)
+    producer = StreamProducer(stream, closing)
+    producers.append(producer)
+    with producer, pytest.raises(ProduceError, match="the producer is closed"):
+        producer.send(b"x")
+    assert producer._producers == {}
+    assert producer.heartbeat._thread is None
+    assert client.segments(stream)["producers"] == {}
