@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,19 @@ def test_run_raises_not_found_once_the_stream_is_deleted(
     assert not closer.is_alive(), "close() hung after the stream was deleted"
 
 
+class ClosingOnRouting(ControlPlaneClient):
+    """A client that calls ``closing()`` (``close`` of the consumer or producer it
+    serves) as it reads the routing, the first step of ``open``: as a signal handler
+    would."""
+
+    closing: Callable[[], object] = staticmethod(lambda: None)
+
+    def routing(self, name: str) -> Any:
+        table = super().routing(name)
+        self.closing()
+        return table
+
+
 def test_close_while_opening_closes_what_the_open_started(
     control_plane: Any, stream_factory: Any
 ) -> None:
@@ -141,17 +155,9 @@ def test_close_while_opening_closes_what_the_open_started(
     stream = stream_factory(cluster="local-a", partitions=2)
     produce_numbers(client, stream, 50)
     group = f"g-{uuid.uuid4().hex[:6]}"
-    consumers: list[StreamConsumer] = []
-
-    class ClosingOnRouting(ControlPlaneClient):
-        def routing(self, name: str) -> Any:
-            table = super().routing(name)
-            consumers[0].close()  # the signal arrives as the routing is read
-            return table
-
     closing = ClosingOnRouting(control_plane.url, token=control_plane.token)
     consumer = StreamConsumer(stream, group, closing)
-    consumers.append(consumer)
+    closing.closing = consumer.close
     with consumer:
         assert list(consumer) == []
     assert consumer._torn_down
@@ -180,17 +186,9 @@ def test_a_producer_closed_while_opening_lets_go_of_what_the_open_started(
     producer leaves the stream's live producers."""
     client: ControlPlaneClient = control_plane.client()
     stream = stream_factory(cluster="local-a", partitions=2)
-    producers: list[StreamProducer] = []
-
-    class ClosingOnRouting(ControlPlaneClient):
-        def routing(self, name: str) -> Any:
-            table = super().routing(name)
-            producers[0].close()  # the signal arrives as the routing is read
-            return table
-
     closing = ClosingOnRouting(control_plane.url, token=control_plane.token)
     producer = StreamProducer(stream, closing)
-    producers.append(producer)
+    closing.closing = producer.close
     with producer, pytest.raises(ProduceError, match="the producer is closed"):
         producer.send(b"x")
     assert producer._producers == {}
