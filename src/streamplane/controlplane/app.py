@@ -56,6 +56,7 @@ from streamplane.controlplane.store import Store, error_line, is_outage, unavail
 from streamplane.controlplane.tags_api import tags_router
 from streamplane.controlplane.watch import WatchHub
 from streamplane.core.assignment import AssignerConfig
+from streamplane.core.routing import SegmentState
 from streamplane.exceptions import (
     ConfigError,
     Conflict,
@@ -487,7 +488,12 @@ def create_app(
             offsets = {int(p): o for p, o in body.sealed_end_offsets.items()}
         except ValueError as exc:
             raise ConfigError("sealed_end_offsets keys must be partition numbers") from exc
-        table = svc.transition_segment(name, body.cluster, body.topic, body.state, offsets, actor)
+        if body.state is SegmentState.RETIRED:
+            table = failover_rt.retire_by_hand(name, body.cluster, body.topic, offsets, actor)
+        else:
+            table = svc.transition_segment(
+                name, body.cluster, body.topic, body.state, offsets, actor
+            )
         return RoutingOut.of(table)
 
     # ------------------------------------------------------------------ audit

@@ -443,6 +443,42 @@ class FailoverRuntime:
             self._last_watch_check = mono
             self._watch_retired()
 
+    def retire_by_hand(
+        self,
+        stream: str,
+        cluster: str,
+        topic: str,
+        sealed_end_offsets: Mapping[int, int],
+        actor: str,
+    ) -> RoutingTable:
+        """An operator's retirement (``segments/transition`` to retired), watched as the
+        sealer's are (``_watch_retired``): records landing after it reopen the segment,
+        and its topic is fenced once the watch is over. Before, nothing watched it: 10
+        records a producer wrote there after an operator retired it were acknowledged
+        and never read. Its end offsets at retirement are the given ones, else those it
+        was sealed at, else read now (the records it holds are not "late": an operator
+        retires a dlq segment whose letters no one will replay); when they cannot be
+        read, every record in it counts as late and reopens it (nothing unread is
+        dropped on a guess)."""
+        ends = dict(sealed_end_offsets)
+        seg = self.service.routing(stream).segment(cluster, topic)
+        if not ends and seg is not None and not seg.sealed_end_offsets:
+            try:
+                bootstrap = self.service.store.get_cluster(cluster).bootstrap
+                ends = self._io(bootstrap).end_offsets(
+                    topic, seg.partitions, self.settings.kafka_timeout
+                )
+            except StreamplaneError as exc:
+                log.warning(
+                    "retiring %s on %s: its end offsets cannot be read (%s); any record "
+                    "in it reopens it", topic, cluster, exc,
+                )  # fmt: skip
+        # First, as the sealer does: a row for a segment that is not retired is passed over.
+        self.store.record_retired(stream, cluster, topic)
+        return self.service.transition_segment(
+            stream, cluster, topic, SegmentState.RETIRED, ends or None, actor
+        )
+
     def _watch_retired(self) -> None:
         """Watch the retired segments (``FailoverStore.watched_retirements``): reopen
         (retired -> sealed) one whose end offsets moved past those it was retired at,
