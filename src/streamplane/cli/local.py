@@ -72,7 +72,13 @@ def up(
     broker_config: tuple[str, ...],
     data_dir: Path,
 ) -> None:
-    """Start the fleet and wait until every broker answers."""
+    """Start the fleet and wait until every broker answers.
+
+    A data directory holding a stopped fleet (after a plain `local down`) gets it back
+    with its data: same clusters, cluster ids, ports, topics and records. Asking for
+    another shape (clusters, brokers per cluster, racks, --base-port) is refused, nothing
+    deleted: use the same shape, or `local down --purge` first.
+    """
     extra = {}
     for item in broker_config:
         key, sep, value = item.partition("=")
@@ -116,12 +122,20 @@ def up(
 def down(purge: bool, data_dir: Path) -> None:
     """Stop every broker of the fleet. Nothing running is not an error.
 
-    With --purge, also delete the brokers' directories (<data-dir>/<cluster>/broker-<id>),
-    running or not; nothing else under the data directory is touched.
+    Without --purge the brokers' data stays: `local up` with the same --data-dir and
+    shape starts the fleet again with its topics and records. With --purge, also delete
+    the brokers' directories (<data-dir>/<cluster>/broker-<id>), running or not; nothing
+    else under the data directory is touched.
     """
     fleet = LocalFleet(data_dir)
     stopped = fleet.down()
     click.echo(f"stopped {counted(stopped, 'broker')}" if stopped else "no local fleet running")
+    if not purge and fleet.has_data():
+        click.echo(
+            f"kept the fleet's data in {fleet.data_dir}: `streamplane local up` with the same "
+            "--clusters and --brokers-per-cluster starts it again; `local down --purge` "
+            "deletes it"
+        )
     if purge:
         deleted = fleet.purge()
         if deleted:

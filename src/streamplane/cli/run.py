@@ -54,7 +54,9 @@ def run(keep: bool, records: int, rate: int, job: str, data_dir: Path) -> None:
     if rate < 1:
         raise click.BadParameter("must be at least 1", param_hint="--rate")
     fleet = LocalFleet(data_dir)
-    fleet.down()
+    # A fresh fleet each run: a plain ``down`` keeps the data, and ``up`` would restart
+    # the last run's fleet with its demo topics.
+    fleet.down(purge=True)
     desc = fleet.up(FleetSpec(data_dir=data_dir), progress=progress)
     # A fresh fleet gets a fresh control-plane state (the old one names dead ports).
     shutil.rmtree(data_dir / "control-plane", ignore_errors=True)

@@ -6,7 +6,9 @@ controller voters (static ``controller.quorum.voters``), so killing one broker o
 three-broker cluster keeps the quorum.
 
 The fleet is described by a JSON file (``FleetDescriptor``) that every other command
-reads: cluster name -> bootstrap servers, broker ids, racks, pids, log dirs.
+reads: cluster name -> bootstrap servers, broker ids, racks, pids, log dirs. A plain
+``local down`` removes it and keeps the brokers' directories: ``local up`` on them starts
+the same fleet again with its data (``stopped_fleet``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, KafkaError, LocalFleetError
 from streamplane.local.distribution import KafkaDistribution, require_java
 
@@ -152,6 +155,10 @@ class FleetSpec:
             self.base_port, self.port_count(), ephemeral or ephemeral_port_range()
         )
 
+    def broker_rack(self, node_id: int) -> str | None:
+        """The rack of broker ``node_id`` (1, 2, ...) of each cluster: racks in turn."""
+        return self.racks[(node_id - 1) % len(self.racks)] if self.racks else None
+
     def cluster_names(self) -> list[str]:
         if self.names:
             return list(self.names)
@@ -199,6 +206,149 @@ def descriptor_path(data_dir: Path) -> Path:
     return data_dir / DESCRIPTOR_NAME
 
 
+# ---------------------------------------------------------------------- a stopped fleet
+def stopped_fleet(data_dir: Path) -> dict[str, ClusterInfo]:
+    """The fleet whose broker directories are under ``data_dir``, read from its files:
+    cluster name -> the cluster (no pids), empty when there is none.
+
+    ``local down`` removes the descriptor and keeps the broker directories: each
+    ``server.properties`` tells a broker's id, ports and rack, and ``meta.properties`` in
+    its log dir the cluster id ``local up`` formatted it with. A cluster none of whose
+    brokers was formatted yet has no data and gets a new cluster id. Raises
+    LocalFleetError when a cluster's brokers were formatted with different cluster ids.
+    """
+    brokers: dict[str, list[BrokerInfo]] = {}
+    for bdir in _fleet_broker_dirs(data_dir.resolve()):
+        brokers.setdefault(bdir.parent.name, []).append(_broker_on_disk(bdir))
+    clusters: dict[str, ClusterInfo] = {}
+    for name, found in sorted(brokers.items()):
+        ids = {cid for b in found if (cid := _formatted_cluster_id(b)) is not None}
+        if len(ids) > 1:
+            raise LocalFleetError(
+                f"the brokers of {name} in {data_dir} were formatted for different Kafka "
+                f"clusters ({', '.join(sorted(ids))}): not starting them; delete their data "
+                f"with `streamplane local down --purge --data-dir {shlex.quote(str(data_dir))}`"
+            )
+        cluster_id = ids.pop() if ids else new_cluster_id()
+        ordered = sorted(found, key=lambda b: b.node_id)
+        clusters[name] = ClusterInfo(name=name, cluster_id=cluster_id, brokers=ordered)
+    return clusters
+
+
+def controllers(cluster: ClusterInfo) -> list[BrokerInfo]:
+    """The brokers ``local up`` started in ``cluster`` (controller voters too); brokers
+    ``add-broker`` added have the broker role only and no controller port."""
+    return [b for b in cluster.brokers if b.controller_port]
+
+
+def stopped_fleet_differences(spec: FleetSpec, stopped: Mapping[str, ClusterInfo]) -> list[str]:
+    """How the fleet ``spec`` asks for differs from the ``stopped`` one (``stopped_fleet``),
+    one phrase per difference; empty when ``local up`` can start the stopped fleet as
+    ``spec``: the same cluster names, brokers per cluster and racks, and with
+    ``--base-port`` the same ports (without it, the stopped fleet's ports are kept).
+    Brokers ``add-broker`` added are not part of the shape: they are started too.
+    """
+    wanted = spec.cluster_names()
+    if sorted(wanted) != sorted(stopped):
+        return [f"{_clusters_named(sorted(stopped))} on disk, {_clusters_named(wanted)} asked for"]
+    differences = []
+    for name in wanted:
+        voters = controllers(stopped[name])
+        if len(voters) != spec.brokers_per_cluster:
+            differences.append(
+                f"{name} has {counted(len(voters), 'broker')} on disk, "
+                f"{spec.brokers_per_cluster} asked for"
+            )
+            continue
+        racks = [b.rack for b in voters]
+        asked = [spec.broker_rack(b.node_id) for b in voters]
+        if racks != asked:
+            differences.append(
+                f"{name} has racks {_racks_text(racks)} on disk, {_racks_text(asked)} asked for"
+            )
+    if spec.base_port is not None and not differences:
+        ports = [p for name in wanted for b in controllers(stopped[name]) for p in _broker_ports(b)]
+        asked_ports = list(range(spec.base_port, spec.base_port + spec.port_count()))
+        if ports != asked_ports:
+            differences.append(
+                f"ports {_ports_text(ports)} on disk, {_ports_text(asked_ports)} asked for"
+            )
+    return differences
+
+
+def stopped_fleet_up_options(stopped: Mapping[str, ClusterInfo]) -> str:
+    """The ``local up`` options that start the ``stopped`` fleet as it was (each followed
+    by a space): its cluster count, brokers per cluster and racks; no ``--base-port``,
+    as the stopped fleet keeps its ports."""
+    voters = [controllers(c) for c in stopped.values()]
+    options = f"--clusters {len(stopped)} "
+    if voters and all(len(v) == len(voters[0]) for v in voters):
+        options += f"--brokers-per-cluster {len(voters[0])} "
+        racks = [b.rack for b in voters[0]]
+        if all(racks) and all([b.rack for b in v] == racks for v in voters):
+            options += f"--racks {','.join(r for r in racks if r)} "
+    return options
+
+
+def _clusters_named(names: list[str]) -> str:
+    return f"{counted(len(names), 'cluster')} ({', '.join(names)})"
+
+
+def _racks_text(racks: list[str | None]) -> str:
+    return ",".join(r or "-" for r in racks) if any(racks) else "none"
+
+
+def _ports_text(ports: list[int]) -> str:
+    """``18700-18703`` for consecutive ports, else the ports listed."""
+    if ports and ports == list(range(ports[0], ports[0] + len(ports))):
+        return f"{ports[0]}-{ports[-1]}"
+    return ",".join(map(str, ports))
+
+
+def _listed(clusters: Iterable[ClusterInfo]) -> str:
+    """``local-a (cluster id …, 1 broker), ...`` for progress lines."""
+    return ", ".join(
+        f"{c.name} (cluster id {c.cluster_id}, {counted(len(c.brokers), 'broker')})"
+        for c in clusters
+    )
+
+
+def _new_clusters(data_dir: Path, spec: FleetSpec, ports: list[int]) -> dict[str, ClusterInfo]:
+    """The clusters of a new fleet ``spec`` on ``ports`` (two per broker), with new cluster
+    ids. Refuses a broker directory that exists with something in it: it is not a fleet's
+    (``stopped_fleet`` found none), and its data would be mixed into the new cluster's."""
+    port_iter = iter(ports)
+    clusters: dict[str, ClusterInfo] = {}
+    for name in spec.cluster_names():
+        brokers = []
+        for node_id in range(1, spec.brokers_per_cluster + 1):
+            bdir = data_dir / name / f"broker-{node_id}"
+            if bdir.is_dir() and any(bdir.iterdir()):
+                raise LocalFleetError(
+                    f"{bdir} exists and is not a local fleet's broker directory (no "
+                    "server.properties of the fleet's): move it away or delete it, or use "
+                    "another --data-dir"
+                )
+            port, controller_port = next(port_iter), next(port_iter)
+            brokers.append(
+                broker_in(bdir, node_id, port, controller_port, spec.broker_rack(node_id))
+            )
+        clusters[name] = ClusterInfo(name=name, cluster_id=new_cluster_id(), brokers=brokers)
+    return clusters
+
+
+def _require_ports_free(clusters: Iterable[ClusterInfo]) -> None:
+    """Raise LocalFleetError naming the first port of a stopped fleet that is in use."""
+    for cluster in clusters:
+        for b in cluster.brokers:
+            for port in _broker_ports(b):
+                if not _port_free(port):
+                    raise LocalFleetError(
+                        f"broker {b.node_id} of {cluster.name} cannot start again on its "
+                        f"port: {_port_in_use(port)}"
+                    )
+
+
 class LocalFleet:
     """Operations on the local fleet rooted at ``data_dir``."""
 
@@ -217,36 +367,47 @@ class LocalFleet:
     def up(
         self, spec: FleetSpec, progress: Callable[[str], None] = lambda _: None
     ) -> FleetDescriptor:
+        """Start the fleet ``spec`` asks for and wait until every broker answers.
+
+        A data directory that holds a stopped fleet (after a plain ``local down``, a
+        crash or a reboot) gets that fleet back with its data: the same clusters, cluster
+        ids, broker ids, ports and log dirs, and the brokers ``add-broker`` added. The
+        shape ``spec`` asks for must be the stopped fleet's (``stopped_fleet_differences``):
+        otherwise nothing is started or deleted and the error says how to start it as it
+        was, or to delete its data with ``local down --purge``. Its settings (heap, broker
+        config) are written anew from ``spec``.
+        """
         spec.validate()
         java = require_java()
         self._check_not_running()
         _ensure_writable(self.data_dir)
+        stopped = stopped_fleet(self.data_dir)
+        if stopped:
+            differences = stopped_fleet_differences(spec, stopped)
+            if differences:
+                raise ConfigError(self._shape_refusal(differences, stopped))
+            clusters = {name: stopped[name] for name in spec.cluster_names()}
+            _require_ports_free(clusters.values())
+            progress(
+                f"restarting the stopped fleet in {self.data_dir} with its data: "
+                + _listed(clusters.values())
+            )
+        else:
+            ports = _allocate_ports(spec.port_count(), spec.base_port)
+            clusters = _new_clusters(self.data_dir, spec, ports)
         progress("resolving Kafka jars")
         classpath = self.distribution.classpath()
         kafka_version = self.distribution.version()
-        names = spec.cluster_names()
-        ports = _allocate_ports(spec.port_count(), spec.base_port)
-
-        clusters: dict[str, ClusterInfo] = {}
-        port_iter = iter(ports)
-        for name in names:
-            cluster_dir = self.data_dir / name
-            if cluster_dir.exists():
-                _remove_tree(cluster_dir)
-            cluster_id = new_cluster_id()
-            brokers = []
-            for i in range(spec.brokers_per_cluster):
-                node_id = i + 1
-                rack = spec.racks[i % len(spec.racks)] if spec.racks else None
-                bdir = cluster_dir / f"broker-{node_id}"
-                port, controller_port = next(port_iter), next(port_iter)
-                brokers.append(broker_in(bdir, node_id, port, controller_port, rack))
-            clusters[name] = ClusterInfo(name=name, cluster_id=cluster_id, brokers=brokers)
-            for b in brokers:
-                write_broker_files(b, brokers, spec)
-
-        progress(f"formatting storage for {sum(len(c.brokers) for c in clusters.values())} brokers")
-        _format_all(java, classpath, clusters.values())
+        for cluster in clusters.values():
+            _write_cluster_files(cluster, spec)
+        unformatted = [
+            c.model_copy(update={"brokers": [b for b in c.brokers if not _is_formatted(b)]})
+            for c in clusters.values()
+        ]
+        count = sum(len(c.brokers) for c in unformatted)
+        if count:
+            progress(f"formatting storage for {counted(count, 'broker')}")
+            _format_all(java, classpath, unformatted)
 
         started: dict[str, ClusterInfo] = {}
         marks: dict[str, int] = {}
@@ -276,6 +437,17 @@ class LocalFleet:
                 self.descriptor_file.unlink()
             raise
         return desc
+
+    def _shape_refusal(self, differences: list[str], stopped: Mapping[str, ClusterInfo]) -> str:
+        data_dir = shlex.quote(str(self.data_dir))
+        return (
+            f"{self.data_dir} holds the data of a stopped fleet that is not the one asked "
+            f"for: {'; '.join(differences)}. Nothing was started or deleted. Start it as it "
+            f"was, on its own ports, with `streamplane local up "
+            f"{stopped_fleet_up_options(stopped)}--data-dir {data_dir}`; delete its data "
+            f"first with `streamplane local down --purge --data-dir {data_dir}`; or use "
+            "another --data-dir"
+        )
 
     def _check_not_running(self) -> None:
         if not self.descriptor_file.is_file():
@@ -316,6 +488,11 @@ class LocalFleet:
         if purge:
             self.purge(desc)
         return stopped
+
+    def has_data(self) -> bool:
+        """True when the data directory holds broker directories of a fleet (running or
+        stopped): what ``local up`` starts again and ``local down --purge`` deletes."""
+        return bool(_fleet_broker_dirs(self.data_dir))
 
     def purge(self, desc: FleetDescriptor | None = None) -> list[Path]:
         """Delete the fleet's broker data and logs; returns the directories deleted.
@@ -406,22 +583,7 @@ class LocalFleet:
         port = _allocate_ports(1, None, avoid=taken)[0]
         bdir = Path(first.config_file).parent.parent / f"broker-{node_id}"
         broker = broker_in(bdir, node_id, port, 0, rack)
-        (bdir / "logs").mkdir(parents=True, exist_ok=True)
-        config = read_broker_config(first)
-        config.update(
-            {
-                "process.roles": "broker",
-                "node.id": str(node_id),
-                "listeners": f"PLAINTEXT://{HOST}:{port}",
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
-                "log.dirs": broker.log_dir,
-            }
-        )
-        config.pop("broker.rack", None)
-        if rack is not None:
-            config["broker.rack"] = rack
-        _write_properties(Path(broker.config_file), config)
-        (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=broker.log_file))
+        write_broker_only_files(broker, first)
         java = require_java()
         classpath = self.distribution.classpath()
         _format_all(java, classpath, [info.model_copy(update={"brokers": [broker]})])
@@ -824,8 +986,51 @@ def broker_in(
 
 def read_broker_config(b: BrokerInfo) -> dict[str, str]:
     """The settings in broker ``b``'s server.properties."""
-    lines = Path(b.config_file).read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if "=" in line)
+    return _read_properties(Path(b.config_file))
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+# Kafka's listeners setting: "PLAINTEXT://127.0.0.1:18700,CONTROLLER://127.0.0.1:18701".
+_LISTENER = re.compile(r"([A-Za-z_]+)://[^,]*:([0-9]+)")
+
+
+def _broker_on_disk(bdir: Path) -> BrokerInfo:
+    """The broker whose files ``local up`` (or ``add-broker``) wrote under ``bdir``, as
+    its ``server.properties`` tells: node id, ports and rack (no pid)."""
+    config_file = bdir / "server.properties"
+    try:
+        config = _read_properties(config_file)
+        listeners = {name: int(port) for name, port in _LISTENER.findall(config["listeners"])}
+        node_id = int(config["node.id"])
+        port = listeners["PLAINTEXT"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise LocalFleetError(
+            f"cannot read the stopped broker in {bdir} ({config_file}: {exc}): delete the "
+            f"fleet's data with `streamplane local down --purge --data-dir "
+            f"{shlex.quote(str(bdir.parent.parent))}`"
+        ) from exc
+    controller_port = listeners.get("CONTROLLER", 0)
+    return broker_in(bdir, node_id, port, controller_port, config.get("broker.rack"))
+
+
+def _meta_properties(b: BrokerInfo) -> Path:
+    return Path(b.log_dir) / "meta.properties"
+
+
+def _formatted_cluster_id(b: BrokerInfo) -> str | None:
+    """The cluster id broker ``b``'s storage was formatted with, None if not formatted."""
+    try:
+        return _read_properties(_meta_properties(b)).get("cluster.id")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _is_formatted(b: BrokerInfo) -> bool:
+    return _meta_properties(b).is_file()
 
 
 def _write_properties(path: Path, config: Mapping[str, str]) -> None:
@@ -861,6 +1066,40 @@ def write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) 
         config["broker.rack"] = b.rack
     _write_properties(Path(b.config_file), config)
     (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=b.log_file))
+
+
+def write_broker_only_files(b: BrokerInfo, template: BrokerInfo) -> None:
+    """The files of broker ``b`` with the broker role only (``add-broker``): broker
+    ``template``'s settings with the node id, listener, log dir and rack changed; the
+    controller quorum stays ``template``'s."""
+    bdir = Path(b.config_file).parent
+    (bdir / "logs").mkdir(parents=True, exist_ok=True)
+    config = read_broker_config(template)
+    config.update(
+        {
+            "process.roles": "broker",
+            "node.id": str(b.node_id),
+            "listeners": f"PLAINTEXT://{b.host}:{b.port}",
+            "advertised.listeners": f"PLAINTEXT://{b.host}:{b.port}",
+            "log.dirs": b.log_dir,
+        }
+    )
+    config.pop("broker.rack", None)
+    if b.rack is not None:
+        config["broker.rack"] = b.rack
+    _write_properties(Path(b.config_file), config)
+    (bdir / "log4j2.properties").write_text(_LOG4J2.format(log_file=b.log_file))
+
+
+def _write_cluster_files(cluster: ClusterInfo, spec: FleetSpec) -> None:
+    """Write the files of every broker of ``cluster`` from ``spec``: its controllers'
+    (``write_broker_files``), then those of the brokers ``add-broker`` added."""
+    voters = controllers(cluster)
+    for b in voters:
+        write_broker_files(b, voters, spec)
+    for b in cluster.brokers:
+        if not b.controller_port:
+            write_broker_only_files(b, voters[0])
 
 
 _LOG4J2 = """\
