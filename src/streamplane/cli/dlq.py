@@ -11,7 +11,7 @@ from streamplane.cli.connection import connect, connection_options, json_option
 from streamplane.cli.output import progress, table
 from streamplane.client.dlq import (
     DeadLetter,
-    describe_unread,
+    describe_unreadable,
     list_dead_letters,
     replay_dead_letters,
 )
@@ -37,7 +37,10 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
     "key_base64" or "value_base64" instead. "headers" lists the record's own headers
     (the sp-dlq-* ones are its "provenance") as {"name", "value"} objects in order, each
     value given as a key's is; "replayed_from" is the dead letter a replayed copy came
-    from (its sp-replayed-from header), else null. The table marks such a copy's origin
+    from (its sp-replayed-from header), else null; "origin" is the original record
+    (cluster:topic:partition:offset) its replayed copy would carry as sp-origin, the
+    same for every dead letter of one record. The JSON is a list of the records; when
+    more follow past --limit, stderr says so. The table marks a replayed copy's origin
     "(replayed)"."""
     if limit < 1:
         raise click.BadParameter("must be at least 1", param_hint="--limit")
@@ -57,19 +60,28 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                         "provenance": _typed(d.provenance),
                         "headers": [{"name": k, **_bytes_field("value", v)} for k, v in d.headers],
                         "replayed_from": d.replayed_from,
+                        "origin": d.origin,
                     }
                     for d in letters
                 ],
                 indent=2,
             )
         )
+        if listing.more:  # (stdout stays the list it always was)
+            click.echo(_more_follow(limit), err=True)
     else:
         _print_table(letters, limit if listing.more else None)
     if listing.unread:
+        why = "the cluster does not answer"
         raise KafkaError(
-            f"the listing is incomplete: {describe_unread(listing.unread)} (the cluster "
-            "does not answer)"
+            "the listing is incomplete: "
+            f"{describe_unreadable(listing.unread, listing.missing, why)}"
         )
+
+
+def _more_follow(limit: int) -> str:
+    """What ``dlq list`` says when it stopped at ``limit`` with more records after it."""
+    return f"the first {counted(limit, 'record')}: more follow (--limit N shows more)"
 
 
 def _bytes_field(name: str, data: bytes | None) -> dict[str, str | None]:
@@ -129,7 +141,7 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
     if limit is None:
         click.echo(counted(len(letters), "record"))
     else:
-        click.echo(f"the first {counted(limit, 'record')}: more follow (--limit N shows more)")
+        click.echo(_more_follow(limit))
 
 
 def _replayed(d: DeadLetter) -> str:

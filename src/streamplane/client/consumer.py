@@ -68,7 +68,7 @@ from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import DLQ_LANE, RoutingTable, validate_stream_name
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, NotFound
+from streamplane.exceptions import ConfigError, NotFound, Unauthorized
 from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
@@ -1137,6 +1137,19 @@ class StreamConsumer:
                 # before the lease; the fast path above runs only within
                 # _HOUSEKEEPING_INTERVAL_S of a check (LEASE_MARGIN_S covers that).
                 self._until_housekeeping = 0
+                refused = membership.refused
+                if refused is not None:
+                    # A token the control plane no longer accepts is not cured by
+                    # waiting: our units go to members it accepts, and this one would
+                    # hand out nothing for good (its lag reading OK meanwhile).
+                    raise Unauthorized(
+                        f"{self.stream} (group {self.group}): the control plane refuses "
+                        f"this consumer's heartbeats ({refused}), and its lease has run "
+                        "out: its work units go to other members. Was the API token "
+                        "rotated? Restart with the new one (a control plane given the "
+                        "old one as --previous-token accepts both while clients move).",
+                        status=refused.status,
+                    ) from refused
                 if not self._lapse_logged:
                     self._lapse_logged = True
                     log.warning(
@@ -1669,6 +1682,10 @@ class StreamConsumer:
         """
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigError(f"concurrency must be an int of at least 1, not {concurrency!r}")
+        if not callable(handler):  # it failed on every record, dead-lettering the stream
+            raise ConfigError(
+                f"run: the handler must be callable (given each StreamMessage), not {handler!r}"
+            )
         if _is_async(handler):
             raise ConfigError(
                 "run: the handler is a coroutine function (async def); run calls it from "

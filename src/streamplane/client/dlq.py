@@ -15,7 +15,14 @@ from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
 from streamplane.client.producer import StreamProducer
-from streamplane.client.provenance import PREFIX, read_provenance
+from streamplane.client.provenance import (
+    PREFIX,
+    REPLAYED_FROM,
+    origin_of,
+    read_provenance,
+    record_id,
+    replay_headers,
+)
 from streamplane.core.routing import (
     DLQ_LANE,
     LEGACY_DLQ_REPLAY_GROUP,
@@ -24,7 +31,14 @@ from streamplane.core.routing import (
     dlq_replay_group,
 )
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, ControlPlaneError, KafkaError, RecordTooLarge
+from streamplane.exceptions import (
+    ConfigError,
+    ControlPlaneError,
+    KafkaError,
+    NotFound,
+    ProduceError,
+    RecordTooLarge,
+)
 from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
 from streamplane.kafka.clients import consumer_config
 
@@ -43,17 +57,19 @@ _ENDS_TIMEOUT_S = 5.0
 # then are reported as unread (a run used to end after its idle time having replayed
 # nothing, and said so as if there were nothing to replay).
 _ASSIGN_WAIT_S = 15.0
-
-
-# The header a replay gives each copy: the dead letter it came from (topic:partition:offset).
-REPLAYED_FROM = "sp-replayed-from"
+# How long a replay waits for its copies' delivery at a time before it looks whether
+# the stream was deleted meanwhile (its copies are then never delivered: flushing
+# waited ~30 s for librdkafka to give up on the deleted topic), and in all.
+_DELIVERY_STEP_S = 0.2
+_DELIVERY_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class DeadLetter:
     """A record of the dlq lane: ``provenance`` is its ``sp-dlq-*`` headers (without the
     prefix), ``headers`` the others, in order: the record's own ones (``content-type``,
-    ...) and, on a replayed copy that was dead-lettered again, ``sp-replayed-from``."""
+    ...) and, on a replayed copy that was dead-lettered again, ``sp-origin`` and
+    ``sp-replayed-from``."""
 
     cluster: str
     topic: str
@@ -67,13 +83,23 @@ class DeadLetter:
     @property
     def replayed_from(self) -> str | None:
         """The dead letter this one is a replayed copy of (``topic:partition:offset``),
-        if a replay sent it back and it was dead-lettered again (the latest replay's, when
-        it went round more than once: each replay appends its own)."""
+        if a replay sent it back and it was dead-lettered again (a copy carries one; one
+        replayed by an older version of the library may carry one per replay it went
+        through: the latest one's)."""
         found = None
         for k, v in self.headers:
             if k == REPLAYED_FROM and v is not None:
                 found = v.decode(errors="replace")
         return found
+
+    @property
+    def origin(self) -> str:
+        """The original record this one stands for (``cluster:topic:partition:offset``),
+        which its replayed copy carries as ``sp-origin``: the same for every dead letter
+        of one record, duplicates and replayed copies dead-lettered again included
+        (``provenance.origin_of``)."""
+        dlq_record = record_id(self.cluster, self.topic, self.partition, self.offset)
+        return origin_of(self.headers, self.provenance, dlq_record)
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,26 @@ class DlqListing:
     letters: list[DeadLetter]
     unread: list[PartitionKey]
     more: bool = False  # the limit was reached and at least one more record follows
+    # Those of ``unread`` whose cluster answers without them: their topic is missing.
+    missing: frozenset[PartitionKey] = frozenset()
+
+
+def describe_unreadable(
+    unread: list[PartitionKey], missing: frozenset[PartitionKey], why: str
+) -> str:
+    """``unread`` partitions for a message (``describe_unread``), those whose topic is
+    missing (``missing``: their cluster answers without it) told apart from the others,
+    which ``why`` explains (the cluster does not answer, say)."""
+    parts = []
+    others = [k for k in unread if k not in missing]
+    if others:
+        parts.append(f"{describe_unread(others)} ({why})")
+    gone = [k for k in unread if k in missing]
+    if gone:
+        parts.append(
+            f"{describe_unread(gone)} (the topic is missing: the cluster answers without it)"
+        )
+    return "; ".join(parts)
 
 
 def describe_unread(unread: list[PartitionKey], shown: int = 5) -> str:
@@ -144,7 +190,24 @@ def list_dead_letters(
 
         _drain(consumer, idle_s, each)
         unread = consumer.unfinished_partitions() if len(out) <= limit else []
-    return DlqListing(out[:limit], unread, more=len(out) > limit)
+    missing = _missing_topics(client, stream, unread) if unread else frozenset()
+    return DlqListing(out[:limit], unread, more=len(out) > limit, missing=missing)
+
+
+def _missing_topics(
+    client: ControlPlaneClient, stream: str, unread: list[PartitionKey]
+) -> frozenset[PartitionKey]:
+    """Those of ``unread`` whose cluster answers without them (their topic is missing),
+    asked within ``_ENDS_TIMEOUT_S``; none if the control plane cannot say where the
+    dlq lane is (this only tells the reason)."""
+    try:
+        segments = client.routing(stream).readable([DLQ_LANE])
+    except ControlPlaneError as exc:
+        log.warning("%s: not asked why dlq partitions could not be read: %s", stream, exc)
+        return frozenset()
+    where = {(k.cluster, k.topic) for k in unread}
+    asked = [seg for seg in segments if (seg.cluster, seg.topic) in where]
+    return _EndsRead(client, asked, _ENDS_TIMEOUT_S, ask_sealed=True).result().missing & set(unread)
 
 
 @dataclass(frozen=True)
@@ -158,10 +221,13 @@ class ReplayResult:
 
 @dataclass(frozen=True)
 class _Ends:
-    """Each dlq partition's end offset, and the partitions whose end could not be read."""
+    """Each dlq partition's end offset, and the partitions whose end could not be read
+    (``missing``, those of them whose cluster answered without them: their topic is
+    missing)."""
 
     ends: dict[PartitionKey, int]
     unknown: frozenset[PartitionKey]
+    missing: frozenset[PartitionKey] = frozenset()
 
 
 class _EndsRead:
@@ -169,14 +235,25 @@ class _EndsRead:
     segment's from the routing, the others' from their cluster, each cluster on a thread
     of its own, so a cluster that does not answer holds up none of the others, and
     ``result`` waits at most ``timeout`` seconds (and so does a run that reads a dead
-    cluster's: the consumer meanwhile waits as long for where to start)."""
+    cluster's: the consumer meanwhile waits as long for where to start). With
+    ``ask_sealed``, a sealed segment's cluster is asked too (whether its topic is there)."""
 
-    def __init__(self, client: ControlPlaneClient, segments: list[Segment], timeout: float) -> None:
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        segments: list[Segment],
+        timeout: float,
+        ask_sealed: bool = False,
+    ) -> None:
         self._ends: dict[PartitionKey, int] = {}
         self._asked: dict[str, list[Segment]] = {}
         for seg in segments:
             sealed = seg.sealed_end_offsets
-            if seg.state is SegmentState.SEALED and all(p in sealed for p in range(seg.partitions)):
+            if (
+                not ask_sealed
+                and seg.state is SegmentState.SEALED
+                and all(p in sealed for p in range(seg.partitions))
+            ):
                 for p in range(seg.partitions):
                     self._ends[PartitionKey(seg.cluster, seg.topic, p)] = sealed[p]
             else:
@@ -200,18 +277,22 @@ class _EndsRead:
         try:
             admin = KafkaAdmin(bootstrap)
             for seg in segments:
+                # (none for a topic that is missing)
                 for p, end in admin.end_offsets(seg.topic, timeout).items():
                     got[PartitionKey(cluster, seg.topic, p)] = end
         except Exception as exc:  # raw librdkafka errors too: its partitions are unknown
             log.warning("cluster %s (%s): dlq end offsets not read: %s", cluster, bootstrap, exc)
-        self._answers[cluster] = got
+            return
+        self._answers[cluster] = got  # set only by a cluster that answered every question
 
     def result(self) -> _Ends:
         ends = dict(self._ends)
         unknown: set[PartitionKey] = set()
+        missing: set[PartitionKey] = set()
         for cluster, thread in self._threads.items():
             thread.join(max(0.0, self._deadline - time.monotonic()))
-            got = self._answers.get(cluster, {}) if not thread.is_alive() else {}
+            answered = not thread.is_alive() and cluster in self._answers
+            got = self._answers[cluster] if answered else {}
             for seg in self._asked[cluster]:
                 for p in range(seg.partitions):
                     key = PartitionKey(cluster, seg.topic, p)
@@ -219,8 +300,10 @@ class _EndsRead:
                         ends[key] = got[key]
                     else:
                         unknown.add(key)
+                        if answered:
+                            missing.add(key)
             ends.update(got)  # partitions added since the routing was read
-        return _Ends(ends, frozenset(unknown))
+        return _Ends(ends, frozenset(unknown), frozenset(missing))
 
 
 def take_over_legacy_progress(
@@ -358,18 +441,22 @@ def replay_dead_letters(
     group ``sp-dlq-replay.<stream>`` (``dlq_replay_group``: one per stream, so replays of
     different streams run at the same time), and the group's progress is committed after
     each batch of 500, so an interrupted replay resumes where it stopped and loses
-    nothing; a killed one sends at most its last batch again (each copy carries
-    ``sp-replayed-from``: the dead letter it came from, for a consumer to drop repeats
-    by). On a partition where the group has committed nothing yet, it starts from the
-    progress of the group all streams' replays shared before, ``sp-dlq-replay``
-    (``take_over_legacy_progress``).
+    nothing; a killed one sends at most its last batch again. Each copy carries
+    ``sp-origin``, the original record it stands for (``provenance.origin_of``: the
+    same for the copies of a dead letter written twice, and kept by a copy
+    dead-lettered and replayed again), for a consumer to drop repeats by, and
+    ``sp-replayed-from``, the dead letter it came from. On a partition where the group
+    has committed nothing yet, it starts from the progress of the group all streams'
+    replays shared before, ``sp-dlq-replay`` (``take_over_legacy_progress``).
     Raises KafkaError, once the rest is replayed and committed, if some dlq partitions
     could not be read (their cluster is down, or did not tell their end offset when the
     run started): running it again replays those. Raises RecordTooLarge, once the rest
     is replayed, if some dead letters cannot be: written without their record
     (``sp-dlq-dropped``: it was over the stream's bound, and stays on its origin topic
     until retention) or over the bound themselves. Those are left unsettled in the
-    replay group: every replay names them again.
+    replay group: every replay names them again. Raises NotFound, at once, if the
+    stream is deleted meanwhile (its dlq lane is deleted with it), saying how many
+    were replayed; the copies not delivered by then are given up on.
     """
     if to_lane == DLQ_LANE:
         raise ConfigError("cannot replay the dlq lane into itself")
@@ -401,14 +488,15 @@ def replay_dead_letters(
 
         def send_batch() -> None:
             nonlocal replayed
-            producer.flush()
+            _deliver(producer)
             for m in batch:
                 m.ack()
                 held[PartitionKey(m.cluster, m.topic, m.partition)] -= 1
             consumer.commit()  # so a killed replay sends at most this batch again
-            replayed += len(batch)
-            batch.clear()
-            progress(replayed)
+            if batch:  # (the last call's may be empty: its count was told already)
+                replayed += len(batch)
+                batch.clear()
+                progress(replayed)
 
         def each(msg: StreamMessage) -> bool:
             """Replay ``msg`` if it is below its partition's end offset (True), else
@@ -427,8 +515,15 @@ def replay_dead_letters(
             lane = to_lane or origin.get("lane") or lanes[0]
             if lane not in lanes:
                 lane = lanes[0]
-            headers = [(k, v) for k, v in (msg.headers or []) if not k.startswith(PREFIX)]
-            headers.append((REPLAYED_FROM, f"{msg.topic}:{msg.partition}:{msg.offset}".encode()))
+            headers = replay_headers(
+                msg.headers,
+                origin_of(
+                    msg.headers,
+                    origin,
+                    record_id(msg.cluster, msg.topic, msg.partition, msg.offset),
+                ),
+                f"{msg.topic}:{msg.partition}:{msg.offset}",
+            )
             try:
                 producer.send(msg.value, key=msg.key, headers=headers, lane=lane)
             except RecordTooLarge as exc:
@@ -443,21 +538,28 @@ def replay_dead_letters(
         assign_by = last + _ASSIGN_WAIT_S
         check_at = 0.0
         unassigned = set(to_read)
-        while to_read and (
-            time.monotonic() - last < idle_s
-            or (to_read & unassigned and time.monotonic() < assign_by)
-        ):
-            if to_read & unassigned:
-                unassigned = to_read - _assigned(consumer)
-            messages = consumer.poll_batch(_BATCH, 0.2)
-            for msg in messages:
-                if each(msg):
-                    last = time.monotonic()
-            now = time.monotonic()
-            if to_read and (not messages or now >= check_at):
-                check_at = now + 0.5
-                _drop_read_through(consumer, bounds.ends, held, to_read)
-        send_batch()
+        try:
+            while to_read and (
+                time.monotonic() - last < idle_s
+                or (to_read & unassigned and time.monotonic() < assign_by)
+            ):
+                if to_read & unassigned:
+                    unassigned = to_read - _assigned(consumer)
+                messages = consumer.poll_batch(_BATCH, 0.2)
+                for msg in messages:
+                    if each(msg):
+                        last = time.monotonic()
+                now = time.monotonic()
+                if to_read and (not messages or now >= check_at):
+                    check_at = now + 0.5
+                    _drop_read_through(consumer, bounds.ends, held, to_read)
+            send_batch()
+        except NotFound as exc:  # the producer's send, or the consumer's poll, once told
+            _give_up(producer)
+            raise NotFound(
+                f"stream {stream!r} was deleted during the replay, its dlq lane with it: "
+                f"{counted(replayed, 'record')} replayed before it was"
+            ) from exc
         # Partitions read up to their end offset are not unread for new records past it.
         unfinished = consumer.unfinished_partitions()
     unread = sorted(
@@ -467,9 +569,10 @@ def replay_dead_letters(
     newer = _newer(client, stream, bounds, {k.cluster for k in unread})
     left = f" ({counted(newer, 'newer dead letter')} left for the next replay)" if newer else ""
     if unread:
+        why = "their cluster does not answer, or another replay holds them"
         raise KafkaError(
-            f"replayed {counted(replayed, 'record')}{left}, but {describe_unread(unread)} "
-            "(their cluster does not answer, or another replay holds them): replay again"
+            f"replayed {counted(replayed, 'record')}{left}, but "
+            f"{describe_unreadable(unread, bounds.missing, why)}: replay again"
         )
     if not_replayable:
         msg, why = not_replayable[0]
@@ -482,6 +585,33 @@ def replay_dead_letters(
             f"@{origin.get('offset', '?')} on {origin.get('cluster', '?')}): {why}"
         )
     return ReplayResult(replayed, newer)
+
+
+def _deliver(producer: StreamProducer) -> None:
+    """Wait until the copies sent are delivered, as ``producer.flush`` does (raising
+    ProduceError for those that failed, or are still queued after
+    ``_DELIVERY_TIMEOUT_S``), looking every ``_DELIVERY_STEP_S`` whether the stream was
+    deleted meanwhile: raises NotFound at once if so (its topics are gone: the copies
+    would only fail, after librdkafka's ~30 s wait for a topic it no longer sees)."""
+    deadline = time.monotonic() + _DELIVERY_TIMEOUT_S
+    while queued := producer.drain(_DELIVERY_STEP_S):
+        producer.active_topic()  # raises NotFound once the routing watch says it is deleted
+        if time.monotonic() >= deadline:
+            raise ProduceError(
+                f"{counted(queued, 'record')} replayed to stream {producer.stream!r} still "
+                f"undelivered after {_DELIVERY_TIMEOUT_S:g}s (their dead letters are not "
+                "acked: replay again)"
+            )
+    producer.raise_failures()
+
+
+def _give_up(producer: StreamProducer) -> None:
+    """Close ``producer`` without waiting for what it has queued (the stream is deleted:
+    it never will be delivered)."""
+    try:
+        producer.close(0.0)
+    except ProduceError as exc:
+        log.info("replay: copies given up on as the stream is deleted: %s", exc)
 
 
 def _assigned(consumer: StreamConsumer) -> set[PartitionKey]:

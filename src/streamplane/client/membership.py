@@ -33,7 +33,7 @@ from typing import Any
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
 from streamplane.core.text import counted
-from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable
+from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,10 @@ class GroupMembership:
         # a lapsed lease does not stop hand-out then (``lease_lapsed``).
         self._assigner_away = False
         self._failing = ""  # the last heartbeat error logged, until one is answered
+        # The control plane refuses our API token (401/403: it was rotated without the
+        # old one kept as a previous token), until a heartbeat is answered: once our lease
+        # has lapsed the consumer raises it rather than hand out nothing for good.
+        self.refused: Unauthorized | None = None
         self.changed = threading.Event()
         self._beat_done = threading.Event()  # set after every heartbeat, answered or not
         self._wake = threading.Event()
@@ -199,10 +203,12 @@ class GroupMembership:
                 # the member keeps its units as when unreachable. Any other error is the
                 # control plane refusing the heartbeat: nothing renews our lease.
                 self._assigner_away = exc.status in (502, 503, 504)
+                self.refused = exc if isinstance(exc, Unauthorized) else None
                 if str(exc) != self._failing:  # once per cause, not every 0.3 s
                     log.warning("heartbeat of %s failed: %s", self.member_id, exc)
                     self._failing = str(exc)
             else:
+                self.refused = None
                 if self._failing:
                     log.info("heartbeats of %s answered again", self.member_id)
                     self._failing = ""

@@ -5,8 +5,10 @@ reports an epoch at or above the failover that drained it (or after a grace peri
 a producer reports its epoch on a timer and right after it switches (``beat_now``). A
 daemon thread sends it; errors never reach the producer: with the control plane away
 the producer keeps writing (fail-static) and the heartbeat resumes when it returns.
-Without a token (401) the heartbeat stops after one warning; the control plane then
-relies on its grace period for this producer. ``leave`` (at the producer's close)
+Without a token (401) at start the heartbeat stops after one warning; the control
+plane then relies on its grace period for this producer. A heartbeat refused later (the
+token was rotated on the control plane) is warned about once and sent on: it counts
+again once the token is accepted. ``leave`` (at the producer's close)
 deregisters it. A wrong token (403) is a mistake to fix,
 not a mode: the first heartbeat is sent by ``start``, which raises ``Unauthorized``
 (``generate --token wrong`` used to print a warning and produce every record anyway,
@@ -56,6 +58,7 @@ class ProducerHeartbeat:
         self._thread: threading.Thread | None = None
         self.sent = 0
         self.last_epoch_sent: int | None = None
+        self._refusing = False  # a heartbeat was refused (wrong token), until one is not
 
     def start(self) -> None:
         """Send the first heartbeat, then beat from a daemon thread. Raises
@@ -68,7 +71,7 @@ class ProducerHeartbeat:
         except Unauthorized as exc:
             if exc.status != 401:
                 raise
-            self._refused(exc)
+            log.warning("producer heartbeat for %s refused, not sent: %s", self._stream, exc)
             return
         except ControlPlaneError as exc:
             self._failed(exc)
@@ -107,9 +110,6 @@ class ProducerHeartbeat:
         self.sent += 1
         self.last_epoch_sent = epoch
 
-    def _refused(self, exc: Unauthorized) -> None:
-        log.warning("producer heartbeat for %s refused, stopping it: %s", self._stream, exc)
-
     def _failed(self, exc: ControlPlaneError) -> None:
         if not isinstance(exc, ControlPlaneUnavailable):  # away: fail-static, beat later
             log.debug("producer heartbeat for %s failed: %s", self._stream, exc)
@@ -122,8 +122,22 @@ class ProducerHeartbeat:
                 return
             try:
                 self._beat()
-            except Unauthorized as exc:  # the token was changed on the control plane
-                self._refused(exc)
-                return
+            except Unauthorized as exc:
+                # The token was changed on the control plane: the sealer no longer
+                # counts this producer live (it relies on its grace period). Beating on,
+                # it counts again once the token is accepted (the old one restored, or
+                # kept as a previous token).
+                if not self._refusing:
+                    self._refusing = True
+                    log.warning(
+                        "producer heartbeat for %s refused: %s (was the API token "
+                        "rotated? the records are still sent; segments this producer "
+                        "wrote to are sealed after their grace period instead)",
+                        self._stream, exc,
+                    )  # fmt: skip
             except ControlPlaneError as exc:
                 self._failed(exc)
+            else:
+                if self._refusing:
+                    self._refusing = False
+                    log.info("producer heartbeat for %s accepted again", self._stream)

@@ -134,6 +134,16 @@ class FakeProducer:
             self.log.values += [v or b"" for v in self.queued]
         self.queued = []
 
+    def drain(self, timeout: float) -> int:
+        self.flush()
+        return 0
+
+    def raise_failures(self) -> None:
+        pass
+
+    def active_topic(self, lane: str | None = None) -> str:
+        return "sp.s.realtime.e1"
+
 
 class FakeAdmin:
     """End offsets as the fake cluster tells them; ``down`` clusters raise, ``slow``

@@ -197,7 +197,7 @@ def test_the_first_answer_admits_a_member_without_regranting(member_clock: Clock
     [
         (ControlPlaneUnavailable("control plane at x is unreachable"), True),  # fail-static
         (ControlPlaneError("not the leader (leadership is moving)", status=503), True),
-        (Unauthorized("wrong API token", status=403), False),  # refused: no lease
+        (ControlPlaneError("invalid heartbeat", status=400), False),  # refused: no lease
     ],
 )
 def test_records_keep_flowing_past_the_lease_only_while_the_assigner_is_away(
@@ -223,3 +223,27 @@ def test_records_keep_flowing_past_the_lease_only_while_the_assigner_is_away(
         member_clock.now += LEASE_S
         assert c.poll_batch(100, 0) == []
         assert member._wake.is_set()
+
+
+def test_a_refused_token_ends_the_consumer_once_its_lease_has_run_out(
+    member_clock: Clock,
+) -> None:
+    """The token was rotated on the control plane (403 to every heartbeat): waiting
+    cures nothing, and the consumer handed out nothing for good, raising nothing, while
+    its lag read OK (an operator's exploratory run). Once its lease has run out, a poll
+    raises ``Unauthorized`` saying what happened and what to do."""
+    cp = ControlPlane([P0, P1])
+    c, member, _ = member_of(cp)
+    member_clock.now += 0.3
+    cp.error = Unauthorized("wrong API token", status=403)
+    beat(member)
+    assert len(c.poll_batch(100, 0)) == 20  # within the lease: its units are still its own
+    member_clock.now += 6.0
+    beat(member)
+    with pytest.raises(Unauthorized, match="refuses this consumer's heartbeats") as raised:
+        c.poll_batch(100, 0)
+    assert raised.value.status == 403
+    assert "--previous-token" in str(raised.value)
+    cp.error = None  # the old token accepted again: the next answer clears the refusal
+    beat(member)
+    assert member.refused is None
