@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,15 +128,32 @@ def update(
         raise click.UsageError("nothing to change: give --bootstrap, --tag or --remove-tag")
     with connect(url, token) as cp:
         new_tags = None
+        doc = None
         if changes or remove:
-            current = dict(cp.get_cluster(name)["tags"])
+            doc = cp.get_cluster(name)
+            current = dict(doc["tags"])
+            for key in unset_tags(current, changes, remove):
+                click.echo(f"warning: cluster {name} has no tag {key}: nothing removed", err=True)
             current.update(changes)
             new_tags = {k: v for k, v in current.items() if k not in remove}
-        doc = cp.update_cluster(name, bootstrap, new_tags, force=force)
+        changed = doc is None or bootstrap is not None or new_tags != doc["tags"]
+        if changed:  # else nothing to save (nor to audit)
+            doc = cp.update_cluster(name, bootstrap, new_tags, force=force)
+    assert doc is not None
     if as_json:
         echo_json(doc)
     else:
-        click.echo(f"updated {doc['name']} ({doc['bootstrap']}, tags {format_tags(doc['tags'])})")
+        verb = "updated" if changed else "unchanged:"
+        click.echo(f"{verb} {doc['name']} ({doc['bootstrap']}, tags {format_tags(doc['tags'])})")
+
+
+def unset_tags(
+    current: Mapping[str, str], changes: Mapping[str, str], remove: Iterable[str]
+) -> list[str]:
+    """The keys of ``--remove-tag`` that name no tag, neither set nor being set (in the
+    order given, once each): a typo used to succeed without a word."""
+    missing = [k for k in remove if k not in current and k not in changes]
+    return list(dict.fromkeys(missing))
 
 
 @clusters.command("remove")
@@ -157,8 +175,8 @@ def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[s
             out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS, force=True))
         except Conflict:
             tags = {**LOCAL_TAGS, **cp.get_cluster(name)["tags"]}  # the user's win
-            # The descriptor is the truth about local clusters: a new `local up` is a
-            # new Kafka cluster (new id) at new ports.
+            # The descriptor is the truth about local clusters: a `local up` after a
+            # `local down --purge` is a new Kafka cluster (new id), maybe at new ports.
             out.append(cp.update_cluster(name, bootstrap, tags, force=True))
     return out
 

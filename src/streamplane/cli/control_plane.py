@@ -43,6 +43,7 @@ def control_plane() -> None:
 _OPTION_OF = {
     "db_url": "--db",
     "api_token": "--token",
+    "previous_api_tokens": "--previous-token",
     "lease_ttl_s": "--lease-ttl",
     "failover.advertise_url": "--advertise-url",
     "failover.leader_lease": "--leader-lease",
@@ -76,6 +77,12 @@ _OPTION_OF = {
     envvar=TOKEN_ENV,
     default=None,
     help=f"API token for changes (env {TOKEN_ENV}; default: {TOKEN_FILE}, created if missing).",
+)
+@click.option(
+    "--previous-token",
+    "previous_tokens",
+    multiple=True,
+    help="A token accepted too, while clients move to a new --token (repeatable).",
 )
 @click.option(
     "--import-local/--no-import-local",
@@ -173,6 +180,7 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    previous_tokens: tuple[str, ...],
     import_local: bool | None,
     data_dir: Path,
     log_level: str,
@@ -227,6 +235,7 @@ def serve(
         settings = ControlPlaneSettings(
             db_url=db_url,
             api_token=token,
+            previous_api_tokens=previous_tokens,
             failover=failover,
             lease_ttl_s=lease_ttl,
             lag_snapshot_dir=None if lag_snapshot_dir is None else str(lag_snapshot_dir),
@@ -242,39 +251,56 @@ def serve(
     db_lock = lock_database_file(settings.db_url)
     db_file = sqlite_file(settings.db_url)
     new_db = db_file is not None and not db_file.exists()
-    sock = _bind(host, port)
+    serving = False  # until then, a failure undoes what this start made
     try:
-        service = ControlPlaneService(Store(settings.db_url), kafka_timeout=settings.kafka_timeout)
-        if new_db:
-            progress(f"new control-plane database {db_file}")
+        sock = _bind(host, port)
         try:
-            if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
-                names = import_local_fleet(service, data_dir)
-                progress(f"registered local clusters {', '.join(names)} from {data_dir}")
-            if settings.failover.advertise_url is None:
-                advertised = settings.failover.model_copy(
-                    update={"advertise_url": _advertised(*sock.getsockname()[:2])}
-                )
-                settings = settings.model_copy(update={"failover": advertised})
-            app = create_app(settings, service)
-            config = uvicorn.Config(
-                app,
-                log_level=log_level,
-                access_log=access_log,
-                log_config=_uvicorn_log_config(),
-                timeout_graceful_shutdown=5,
+            service = ControlPlaneService(
+                Store(settings.db_url), kafka_timeout=settings.kafka_timeout
             )
-            server = _server(config, app.state.hub)
-            bound_host, bound_port = sock.getsockname()[:2]
-            url = f"http://{_url_host(bound_host)}:{bound_port}"
-            click.echo(f"control plane on {url} (store {display_url(db_url)})")
-            server.run(sockets=[sock])
+            if new_db:
+                progress(f"new control-plane database {db_file}")
+            try:
+                if import_local or (import_local is None and descriptor_path(data_dir).is_file()):
+                    names = import_local_fleet(service, data_dir)
+                    progress(f"registered local clusters {', '.join(names)} from {data_dir}")
+                if settings.failover.advertise_url is None:
+                    advertised = settings.failover.model_copy(
+                        update={"advertise_url": _advertised(*sock.getsockname()[:2])}
+                    )
+                    settings = settings.model_copy(update={"failover": advertised})
+                app = create_app(settings, service)
+                config = uvicorn.Config(
+                    app,
+                    log_level=log_level,
+                    access_log=access_log,
+                    log_config=_uvicorn_log_config(),
+                    timeout_graceful_shutdown=5,
+                )
+                server = _server(config, app.state.hub)
+                bound_host, bound_port = sock.getsockname()[:2]
+                url = f"http://{_url_host(bound_host)}:{bound_port}"
+                click.echo(f"control plane on {url} (store {display_url(db_url)})")
+                serving = True
+                server.run(sockets=[sock])
+            finally:
+                service.close()
         finally:
-            service.close()
+            sock.close()
     finally:
-        sock.close()
+        if not serving and new_db and db_file is not None:
+            remove_sqlite_files(db_file)
         if db_lock is not None:
-            db_lock.close()
+            if serving:
+                db_lock.close()
+            else:
+                db_lock.abandon()
+
+
+def remove_sqlite_files(db_file: Path) -> None:
+    """Remove a SQLite database and its journal files (a new one a failed start made)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        db_file.with_name(db_file.name + suffix).unlink(missing_ok=True)
 
 
 # Every line of `serve`'s log starts with its local time, milliseconds included:
@@ -327,7 +353,8 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
             service.register_cluster(name, bootstrap, LOCAL_TAGS, "import-local", force=True)
         except Conflict:
             tags = {**LOCAL_TAGS, **service.get_cluster(name).tags}  # the user's win
-            # forced: a new `local up` is a new Kafka cluster (new id) at new ports
+            # forced: after `local down --purge`, `local up` makes a new Kafka cluster
+            # (new id), maybe at new ports
             service.update_cluster(name, bootstrap, tags, actor="import-local", force=True)
         names.append(name)
     return names

@@ -37,9 +37,16 @@ def segments_table(table_: RoutingTable) -> str:
 
 
 def _lanes(value: str) -> tuple[str, ...]:
-    lanes = tuple(x.strip() for x in value.split(",") if x.strip())
-    if not lanes:
+    """The lanes of ``--lanes`` (comma-separated, spaces around names ignored). An empty
+    name (``a,,b``, a trailing comma) is refused: it was dropped without a word."""
+    lanes = tuple(x.strip() for x in value.split(","))
+    if lanes == ("",):
         raise click.BadParameter("give at least one lane", param_hint="--lanes")
+    if "" in lanes:
+        raise click.BadParameter(
+            f"{value!r} has an empty lane name (two commas in a row, or one at an end)",
+            param_hint="--lanes",
+        )
     return lanes
 
 

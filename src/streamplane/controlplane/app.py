@@ -13,23 +13,23 @@ and waits on the ``WatchHub`` without holding a thread.
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations
 # at runtime, and some refer to names local to ``create_app``.
 import asyncio
-import hmac
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
+from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from streamplane import __version__
 from streamplane.controlplane.assigner import AssignerService
+from streamplane.controlplane.auth import Actor, TokenCheck, require_token
+from streamplane.controlplane.body_limit import BodyLimitMiddleware
 from streamplane.controlplane.failover_api import failover_router
 from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
 from streamplane.controlplane.groups_api import groups_router
@@ -79,6 +79,10 @@ class ControlPlaneSettings(BaseModel):
 
     db_url: str = Field(description="SQLAlchemy URL of the store, e.g. sqlite:///cp.db")
     api_token: str = Field(min_length=8, description="The bearer token mutations need.")
+    previous_api_tokens: tuple[str, ...] = Field(
+        default=(),
+        description="Tokens accepted too, during a rotation (the old one, while clients move).",
+    )
     watch_timeout_default: float = Field(default=25.0, gt=0)
     watch_timeout_max: float = Field(default=60.0, gt=0)
     watch_poll_interval: float = Field(
@@ -103,6 +107,15 @@ class ControlPlaneSettings(BaseModel):
             raise ValueError("the API token must be printable ASCII without spaces")
         return value
 
+    @field_validator("previous_api_tokens")
+    @classmethod
+    def _previous_printable(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        for value in values:
+            if len(value) < 8:
+                raise ValueError("a previous API token has at least 8 characters")
+            cls._printable(value)
+        return values
+
 
 _ERROR_STATUS: tuple[tuple[type[StreamplaneError], int], ...] = (
     (NotFound, 404),
@@ -118,6 +131,7 @@ _DESCRIPTIONS = {
     403: "Wrong API token.",
     404: "Unknown stream or cluster.",
     409: "Already exists, or the stream changed meanwhile.",
+    413: "The request body is larger than the control plane's limit.",
     422: "The request does not match the schema.",
     502: "A Kafka cluster failed the operation.",
     503: "Unavailable here or now (Retry-After says when to try again).",
@@ -125,10 +139,12 @@ _DESCRIPTIONS = {
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {c: {"model": ErrorResponse, "description": _DESCRIPTIONS[c]} for c in codes}
+    """OpenAPI ``responses`` for ``codes``, and 503: every route reads the store, which
+    may not answer."""
+    return {c: {"model": ErrorResponse, "description": _DESCRIPTIONS[c]} for c in (*codes, 503)}
 
 
-_MUTATION = (401, 403, 422)
+_MUTATION = (401, 403, 413, 422)  # 413: the body limit (body_limit.py)
 
 ClusterPath = Annotated[
     str, Path(description="A cluster name.", json_schema_extra={"pattern": CLUSTER_NAME_PATTERN})
@@ -244,28 +260,7 @@ def create_app(
     app.add_exception_handler(sa.exc.TimeoutError, _database_error)  # no pooled connection
     app.add_exception_handler(Exception, _unexpected)
 
-    token = settings.api_token.encode()
-    bearer = HTTPBearer(auto_error=False, description="The control plane's API token.")
-
-    def require_token(
-        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-        x_streamplane_actor: Annotated[
-            str | None, Header(max_length=100, description="Who acts, for the audit log.")
-        ] = None,
-    ) -> str:
-        """The actor recorded in the audit log."""
-        if creds is None:
-            raise HTTPException(
-                401,
-                "missing API token: send 'Authorization: Bearer <token>'",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        if not hmac.compare_digest(creds.credentials.encode(), token):
-            raise HTTPException(403, "wrong API token")
-        actor = _one_line(x_streamplane_actor or "")
-        return actor if actor and actor.isprintable() else "api"
-
-    Actor = Annotated[str, Depends(require_token)]
+    app.state.token_check = TokenCheck(settings.api_token, settings.previous_api_tokens)
 
     assigner = AssignerService(svc.routing, AssignerConfig(lease_ttl_s=settings.lease_ttl_s))
     failover_rt.leadership.add_listener(assigner.lead)
@@ -289,6 +284,7 @@ def create_app(
         lambda: failover_rt.is_leader, failover_rt.leader_url, failover_rt.replica
     )
     app.middleware("http")(leader_proxy)
+    app.add_middleware(BodyLimitMiddleware)  # outermost: before the proxy, the token
     app.include_router(failover_router(failover_rt, require_token))
 
     # ------------------------------------------------------------------ health

@@ -337,7 +337,7 @@ def _watch_availability(engine: Engine, availability: DatabaseAvailability) -> N
         exc = context.sqlalchemy_exception or context.original_exception
         reason = unavailable_reason(exc)
         if reason is not None:
-            availability.down(reason)
+            availability.down(reason, damaged_file_error(exc))
 
     @sa.event.listens_for(engine, "after_cursor_execute")
     def _answered(*_: Any) -> None:
@@ -361,6 +361,11 @@ _PSYCOPG_CONNECTION_ERRORS = _psycopg_connection_errors()
 # errors are OperationalErrors too, but SQLITE_ERROR: bugs, not outages.
 _SQLITE_UNAVAILABLE = {5, 6, 7, 8, 10, 13, 14, 15}  # BUSY LOCKED NOMEM READONLY IOERR FULL ...
 _SQLITE_UNAVAILABLE_TEXT = ("database is locked", "unable to open", "disk", "readonly")
+# SQLite's result codes of a damaged file (pages overwritten, not a database at all): it
+# does not heal, so such an outage lasts until the file is restored and serve restarted.
+_SQLITE_CORRUPT = 11
+_SQLITE_DAMAGED = {_SQLITE_CORRUPT, 26}  # CORRUPT NOTADB
+_SQLITE_DAMAGED_TEXT = ("malformed", "file is not a database")
 _REASON_MAX = 300
 
 
@@ -377,10 +382,46 @@ def _driver_unavailable(exc: BaseException | None) -> bool:
     return False
 
 
+def _driver_damaged(exc: BaseException | None) -> bool:
+    if not isinstance(exc, sqlite3.DatabaseError) or isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _SQLITE_DAMAGED
+    return any(t in str(exc) for t in _SQLITE_DAMAGED_TEXT)
+
+
+def _is_corrupt(exc: BaseException | None) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return _driver_damaged(exc) and (
+        code & 0xFF == _SQLITE_CORRUPT if isinstance(code, int) else "malformed" in str(exc)
+    )
+
+
+def damaged_file_error(exc: BaseException) -> BaseException | None:
+    """The driver's error, if ``exc`` says the database file is damaged (SQLite's
+    "database disk image is malformed", "file is not a database"); else ``None``."""
+    cause = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    return cause if isinstance(cause, BaseException) and _driver_damaged(cause) else None
+
+
+def damage_reason(exc: BaseException) -> str | None:
+    """One line saying the store cannot be read because its file is damaged, if ``exc``
+    means that; else ``None``."""
+    cause = damaged_file_error(exc)
+    if cause is None:
+        return None
+    return f"the store cannot be read: {' '.join(str(cause).split())} (restore it from a backup)"
+
+
 def unavailable_reason(exc: BaseException) -> str | None:
     """One line saying why the database does not answer, if ``exc`` means that (a
     connection refused, lost or timed out, SQLite's "database is locked", no connection
-    free in the pool); ``None`` for any other error (a bug, a constraint...)."""
+    free in the pool, a damaged SQLite file); ``None`` for any other error (a bug, a
+    constraint...)."""
+    damaged = damage_reason(exc)
+    if damaged is not None:
+        return damaged
     cause: BaseException = exc
     if isinstance(exc, sa.exc.TimeoutError):  # the pool: every connection is in use
         pass
@@ -439,18 +480,35 @@ class DatabaseAvailability:
         self._down_since: float | None = None
         self.reason: str | None = None  # while down
         self.outages = 0
+        # The driver's error of a damaged file: down until it is restored and serve restarted.
+        self.damage: BaseException | None = None
 
     @property
     def available(self) -> bool:
         return self._down_since is None
 
-    def down(self, reason: str) -> None:
+    def down(self, reason: str, damage: BaseException | None = None) -> None:
+        """An outage starts (one warning), or goes on. A damaged file is no outage that
+        ends: statements that miss the damaged pages still succeed, and do not make it
+        "answer again" (which logged the start and the end of an outage every second)."""
         with self._lock:
-            self.reason = reason
-            if self._down_since is not None:
+            if self.damage is not None:
                 return
-            self._down_since = time.monotonic()
-            self.outages += 1
+            self.reason = reason
+            self.damage = damage
+            if self._down_since is not None and damage is None:
+                return
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                self.outages += 1
+        if damage is not None:
+            log.error(
+                "database %s is damaged: %s; restore it from a backup and restart (requests "
+                "that read the damaged part, and /healthz, answer 503)",
+                self._shown_url,
+                " ".join(str(damage).split()),
+            )
+            return
         log.warning(
             "database %s unavailable: %s (requests answer 503 until it answers again)",
             self._shown_url,
@@ -458,7 +516,7 @@ class DatabaseAvailability:
         )
 
     def up(self) -> None:
-        if self._down_since is None:  # the common case: no lock
+        if self._down_since is None or self.damage is not None:  # the common case: no lock
             return
         with self._lock:
             since, self._down_since, self.reason = self._down_since, None, None
@@ -482,7 +540,10 @@ def make_database_dir(db_file: Path, shown: str) -> None:
             f"database URL {shown!r}: directory {parent.parent} does not exist (create it, "
             "or correct the path)"
         )
-    parent.mkdir(exist_ok=True)
+    try:
+        parent.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(parent, exc, shown) from exc
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -494,37 +555,107 @@ def sqlite_file(url: str) -> Path | None:
 
 
 # ---------------------------------------------------------------------- one replica per file
-def lock_database_file(url: str) -> IO[str] | None:
+@dataclass
+class DatabaseFileLock:
+    """The OS lock (``flock``) on ``<database file>.lock`` one control plane holds while
+    it serves a SQLite file."""
+
+    path: Path
+    handle: IO[str]
+    created: bool  # this start made the file
+
+    def close(self) -> None:
+        """Release the lock (the file stays for the next start; the process's end
+        releases it too)."""
+        self.handle.close()
+
+    def abandon(self) -> None:
+        """Release the lock of a start that failed, and remove the file if that start
+        made it (a refused start left a stray ``.lock`` behind). Removed while held: a
+        start that opens it meanwhile finds it replaced (see ``lock_database_file``)."""
+        if self.created:
+            self.path.unlink(missing_ok=True)
+        self.handle.close()
+
+
+def _unwritable(path: Path, exc: OSError, shown: str) -> ConfigError:
+    return ConfigError(
+        f"database URL {shown!r}: cannot create {path} ({exc.strerror}): the control plane "
+        f"writes beside its SQLite file (its .lock file, SQLite's journal); make "
+        f"{path.parent} writable, or give a SQLite file in a writable directory"
+    )
+
+
+def lock_database_file(url: str) -> DatabaseFileLock | None:
     """For a SQLite URL, hold an OS lock on ``<database file>.lock`` (``flock``, released
     when the file is closed or the process ends); another holder means another control
-    plane serves that file: ``ConfigError``. ``None`` for other databases (several
-    replicas may share PostgreSQL). Keep the returned file open while serving."""
+    plane serves that file: ``ConfigError``, as is a directory this user cannot write.
+    ``None`` for other databases (several replicas may share PostgreSQL). Keep the
+    returned lock open while serving."""
     import fcntl
 
     parsed = _parse_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database:
         return None
+    shown = display_url(url)
     db_file = Path(parsed.database).resolve()
-    make_database_dir(db_file, display_url(url))
+    make_database_dir(db_file, shown)
     lock_path = db_file.with_name(db_file.name + ".lock")
-    handle = open(lock_path, "a+")  # noqa: SIM115 - held for the process's life
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        handle.seek(0)
-        holder = handle.read().strip()
-        handle.close()
-        who = f" (pid {holder})" if holder.isdigit() else ""
-        raise ConfigError(
-            f"another control plane{who} already serves the SQLite database {db_file} "
-            f"(it holds {lock_path}): one replica per database file; use PostgreSQL "
-            "for several replicas"
-        ) from exc
+    while True:
+        created = not lock_path.exists()
+        try:
+            handle = open(lock_path, "a+")  # noqa: SIM115 - held for the process's life
+        except OSError as exc:
+            raise _unwritable(lock_path, exc, shown) from exc
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.seek(0)
+            holder = handle.read().strip()
+            handle.close()
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise ConfigError(
+                f"another control plane{who} already serves the SQLite database {db_file} "
+                f"(it holds {lock_path}): one replica per database file; use PostgreSQL "
+                "for several replicas"
+            ) from exc
+        if _is_open_file(lock_path, handle):
+            break
+        handle.close()  # removed by a failed start after we opened it: lock the new one
     handle.seek(0)
     handle.truncate()
     handle.write(f"{os.getpid()}\n")
     handle.flush()
-    return handle
+    return DatabaseFileLock(lock_path, handle, created)
+
+
+def _is_open_file(path: Path, handle: IO[str]) -> bool:
+    """Whether ``path`` still names the file ``handle`` has open."""
+    try:
+        named = path.stat()
+    except FileNotFoundError:
+        return False
+    held = os.fstat(handle.fileno())
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def check_integrity(engine: Engine, shown: str) -> None:
+    """Refuse a damaged SQLite file at start: ``PRAGMA quick_check`` (reads every page
+    once, milliseconds for a control plane's database). A damaged file used to start,
+    answer ``/healthz`` with 200 and every other request with a 500."""
+    if engine.dialect.name != "sqlite":
+        return
+    with engine.connect() as conn:
+        problems = [str(row[0]) for row in conn.exec_driver_sql("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        raise _damaged(shown, "PRAGMA quick_check: " + "; ".join(problems))
+
+
+def _damaged(shown: str, problem: str) -> ConfigError:
+    return ConfigError(
+        f"the SQLite database {shown!r} is damaged ({' '.join(problem.split())}): restore "
+        "it from a backup, or move it away to start with an empty registry"
+    )
 
 
 class Store:
@@ -539,9 +670,12 @@ class Store:
         if bounded is not None:
             bounded.limit_s = None  # migrations may wait for another replica's
         try:
+            check_integrity(self.engine, display_url(url))
             migrate(self.engine)
         except sa.exc.DatabaseError as exc:  # unreachable, refused, not a database
             self.engine.dispose()
+            if _is_corrupt(exc.orig):  # not "file is not a database": maybe another file
+                raise _damaged(display_url(url), str(exc.orig)) from exc
             reason = " ".join(str(exc.orig).split())  # drivers' messages span lines
             raise ConfigError(f"cannot open the database {display_url(url)!r}: {reason}") from exc
         if bounded is not None:
@@ -552,6 +686,11 @@ class Store:
         self.engine.dispose()
 
     def schema_version(self) -> int:
+        """The database's schema version. Raises the damage of a damaged SQLite file
+        (once seen) even where this read succeeds: ``/healthz`` answers 503 for it."""
+        damaged = self.availability.damage
+        if damaged is not None:
+            raise sa.exc.DatabaseError(None, None, damaged)
         return current_version(self.engine)
 
     def ping(self) -> None:

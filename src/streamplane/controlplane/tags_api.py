@@ -24,17 +24,16 @@ the control plane's and refused. Storage is the ``broker_tags`` / ``topic_tags``
 """
 
 # FastAPI reads the endpoint annotations at runtime: no ``from __future__ import annotations``.
-import hmac
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamplane.controlplane.auth import Actor
 from streamplane.controlplane.schemas import CLUSTER_NAME_PATTERN, ErrorResponse, Tags
 from streamplane.controlplane.service import (
     ControlPlaneService,
@@ -130,28 +129,6 @@ class PlacedTopicOut(BaseModel):
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": ErrorResponse} for c in codes}
-
-
-_bearer = HTTPBearer(auto_error=False, description="The control plane's API token.")
-
-
-def _actor(
-    request: Request,
-    creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
-    token = request.app.state.settings.api_token.encode()
-    if creds is None:
-        raise HTTPException(
-            401,
-            "missing API token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not hmac.compare_digest(creds.credentials.encode(), token):
-        raise HTTPException(403, "wrong API token")
-    return "api"
-
-
-Actor = Annotated[str, Depends(_actor)]
 
 
 def _service(request: Request) -> ControlPlaneService:

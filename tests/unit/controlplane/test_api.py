@@ -6,13 +6,15 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.migrations import LATEST_VERSION
-from streamplane.controlplane.service import topic_config
+from streamplane.controlplane.service import ControlPlaneService, topic_config
 from streamplane.core.routing import routing_from_json
 from streamplane.exceptions import KafkaError
 from tests.unit.controlplane.conftest import (
     AUTH,
     BOOTSTRAPS,
+    TOKEN,
     StubKafka,
     create_stream,
 )
@@ -61,6 +63,43 @@ def test_mutations_need_the_token(http: TestClient, method: str, path: str, body
     assert wrong.json() == {"detail": "wrong API token"}
     basic = http.request(method, path, json=body, headers={"Authorization": "Basic dXNlcg=="})
     assert basic.status_code == 401
+    # It was answered "missing API token" alone, as if none had been sent.
+    assert "'Basic' is not a bearer token" in basic.json()["detail"]
+
+
+def test_previous_tokens_are_accepted_during_a_rotation(
+    settings: ControlPlaneSettings, service: ControlPlaneService
+) -> None:
+    """``--previous-token``: the old token works on every mutation while clients move
+    to the new one; a token that is neither is still refused."""
+    rotating = settings.model_copy(
+        update={"api_token": "the-new-token", "previous_api_tokens": (TOKEN, "older-token")}
+    )
+    with TestClient(create_app(rotating, service)) as http:
+        for token, status in ((TOKEN, 201), ("the-new-token", 201), ("older-token", 201)):
+            resp = http.post(
+                "/v1/streams",
+                json={"name": f"s-{token[:5]}", "cluster": "local-a"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert resp.status_code == status, resp.text
+        wrong = http.post(
+            "/v1/streams",
+            json={"name": "s-wrong", "cluster": "local-a"},
+            headers={"Authorization": "Bearer the-newest-token"},
+        )
+        assert wrong.status_code == 403
+
+
+def test_a_previous_token_is_checked_as_the_token_is() -> None:
+    with pytest.raises(ValueError, match="at least 8 characters"):
+        ControlPlaneSettings(
+            db_url="sqlite://", api_token="long-enough", previous_api_tokens=("x",)
+        )
+    with pytest.raises(ValueError, match="printable ASCII"):
+        ControlPlaneSettings(
+            db_url="sqlite://", api_token="long-enough", previous_api_tokens=("has a space",)
+        )
 
 
 def test_reads_need_no_token(http: TestClient) -> None:
