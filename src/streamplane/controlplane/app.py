@@ -154,6 +154,10 @@ StreamPath = Annotated[
 ]
 
 
+# FastAPI's 400 detail when reading the body failed other than by a JSON decode error.
+_BODY_NOT_PARSED = "There was an error parsing the body"
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -225,6 +229,12 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400 and exc.detail == _BODY_NOT_PARSED:
+            # FastAPI's answer when its JSON parse raised other than a decode error:
+            # arrays and objects nested past Python's recursion limit. A 422, as any
+            # body that is not valid JSON (it was a 400 saying nothing of why).
+            detail = "the body is not valid JSON: it could not be parsed (nested too deep?)"
+            return JSONResponse({"detail": detail}, status_code=422)
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
             # Starlette names only the first matching route's methods; list them all.

@@ -7,14 +7,7 @@ reads it and refused as soon as it passes the limit. The answer runs ahead of th
 check, the schema and the store: four parallel 100 MB POSTs without a token each got
 their 401, but only after the server had read them (122 MB to 1.2 GB of memory).
 
-A JSON body is also scanned for its nesting depth as it streams: Python's ``json``
-parser gives up near 1000 levels (``RecursionError``), which FastAPI answered ``400
-There was an error parsing the body``; deeper than ``MAX_JSON_DEPTH`` is a **422**
-like any body the schema refuses. Both answers are the API's ``{"detail": "<one
-line>"}``.
-
-``BodyGuard`` is the pure part (counting, the depth scan); the middleware adapts it to
-ASGI.
+``BodyGuard`` is the pure part (counting); the middleware adapts it to ASGI.
 """
 
 from __future__ import annotations
@@ -30,13 +23,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # with 10,000 sealed_end_offsets (about 300 KB), a cluster with 64 tags of 255
 # characters (about 20 KB).
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-
-# Arrays and objects nested deeper are refused (the API's documents nest 3 levels).
-MAX_JSON_DEPTH = 64
-
-_QUOTE, _BACKSLASH = ord('"'), ord("\\")
-_OPENERS = frozenset(b"[{")
-_CLOSERS = frozenset(b"]}")
 
 
 class BodyRejected(Exception):
@@ -58,51 +44,18 @@ def too_large(max_body_bytes: int) -> BodyRejected:
     )
 
 
-def too_deep(max_depth: int) -> BodyRejected:
-    return BodyRejected(
-        422, f"the body is not valid JSON: arrays and objects nest deeper than {max_depth} levels"
-    )
-
-
 @dataclass
 class BodyGuard:
-    """One request body as it arrives: its size so far, and (for JSON) how deep the
-    scan is in arrays and objects. ``feed`` raises ``BodyRejected`` at the chunk that
-    passes a limit. The depth scan works on bytes: in UTF-8 no byte of a multi-byte
-    character is a quote, a backslash or a bracket."""
+    """One request body as it arrives: ``feed`` raises ``BodyRejected`` at the chunk
+    that passes the limit."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_json_depth: int | None = MAX_JSON_DEPTH  # None: not JSON, no scan
     received: int = 0
-    depth: int = 0
-    in_string: bool = False
-    escaped: bool = False
 
     def feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self.max_body_bytes:
             raise too_large(self.max_body_bytes)
-        if self.max_json_depth is not None:
-            self._scan(chunk)
-
-    def _scan(self, chunk: bytes) -> None:
-        assert self.max_json_depth is not None
-        for byte in chunk:
-            if self.in_string:
-                if self.escaped:
-                    self.escaped = False
-                elif byte == _BACKSLASH:
-                    self.escaped = True
-                elif byte == _QUOTE:
-                    self.in_string = False
-            elif byte == _QUOTE:
-                self.in_string = True
-            elif byte in _OPENERS:
-                self.depth += 1
-                if self.depth > self.max_json_depth:
-                    raise too_deep(self.max_json_depth)
-            elif byte in _CLOSERS:
-                self.depth -= 1
 
 
 def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -117,30 +70,17 @@ def declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     return None
 
 
-def is_json(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether FastAPI reads the body as JSON: no ``Content-Type``, or a JSON one."""
-    for name, value in headers:
-        if name.lower() == b"content-type":
-            media = value.split(b";", 1)[0].strip().lower()
-            return media == b"application/json" or (
-                media.startswith(b"application/") and media.endswith(b"+json")
-            )
-    return True
-
-
 class BodyLimitMiddleware:
-    """Refuse request bodies over ``max_body_bytes`` (413) or nesting JSON deeper than
-    ``max_json_depth`` (422), before they are read (see the module's docstring)."""
+    """Refuse request bodies over ``max_body_bytes`` (413) before they are read (see the
+    module's docstring)."""
 
     def __init__(
         self,
         app: ASGIApp,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_json_depth: int = MAX_JSON_DEPTH,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.max_json_depth = max_json_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,7 +91,7 @@ class BodyLimitMiddleware:
         if length is not None and length > self.max_body_bytes:
             await _answer(send, too_large(self.max_body_bytes))
             return
-        guard = BodyGuard(self.max_body_bytes, self.max_json_depth if is_json(headers) else None)
+        guard = BodyGuard(self.max_body_bytes)
         started = answered = False
 
         # A body that passes a limit is answered here, at once, and the app reading it

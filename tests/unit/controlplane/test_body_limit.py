@@ -15,7 +15,6 @@ from starlette.types import Message
 
 from streamplane.controlplane.body_limit import (
     DEFAULT_MAX_BODY_BYTES,
-    MAX_JSON_DEPTH,
     BodyGuard,
     BodyLimitMiddleware,
     BodyRejected,
@@ -125,7 +124,7 @@ def test_json_nested_too_deep_is_a_422_like_any_malformed_body(http: TestClient)
     )
     assert resp.status_code == 422
     assert resp.json() == {
-        "detail": "the body is not valid JSON: arrays and objects nest deeper than 64 levels"
+        "detail": "the body is not valid JSON: it could not be parsed (nested too deep?)"
     }
 
 
@@ -133,8 +132,8 @@ def test_bodies_within_the_limits_are_served(http: TestClient) -> None:
     create_stream(http)  # an ordinary body
     nested = {"name": "deep", "cluster": "local-a", "config": {"a": [[[["x"]]]]}}
     resp = http.post("/v1/streams", json=nested, headers=AUTH)
-    assert resp.status_code == 422  # the schema's answer, not the guard's
-    assert "nest deeper" not in resp.json()["detail"]
+    assert resp.status_code == 422  # the schema's answer
+    assert "nested too deep" not in resp.json()["detail"]
 
 
 def test_the_largest_legitimate_bodies_fit_with_margin() -> None:
@@ -174,34 +173,9 @@ def test_the_openapi_document_lists_413_and_503(http: TestClient) -> None:
     assert "503" in paths["/v1/streams/{name}/routing"]["get"]["responses"]
 
 
-@pytest.mark.parametrize(
-    ("chunks", "depth"),
-    [
-        ([b'{"a": "[[[[[[", "b": [1]}'], 0),  # brackets in strings do not count
-        ([b'{"a": "\\"[[[", "b": "\\\\"}'], 0),  # nor after escaped quotes
-        ([b"[[[", b"]]", b"]"], 0),  # across chunks
-        ([b'{"a": "x\\', b'"[[", "b": 1}'], 0),  # an escape split between chunks
-        ([b"[[[1"], 3),
-    ],
-)
-def test_the_depth_scan(chunks: list[bytes], depth: int) -> None:
-    guard = BodyGuard()
-    for chunk in chunks:
-        guard.feed(chunk)
-    assert guard.depth == depth
-    assert not guard.in_string
-
-
 def test_the_guard_raises_at_the_chunk_that_passes_a_limit() -> None:
     guard = BodyGuard(max_body_bytes=10)
     guard.feed(b"[1, 2, 3]")
     with pytest.raises(BodyRejected) as raised:
         guard.feed(b"  ")
     assert raised.value.status_code == 413
-    deep = BodyGuard()
-    deep.feed(b"[" * MAX_JSON_DEPTH)
-    with pytest.raises(BodyRejected) as raised:
-        deep.feed(b"[")
-    assert raised.value.status_code == 422
-    not_json = BodyGuard(max_json_depth=None)
-    not_json.feed(b"[" * 1000)  # not scanned
