@@ -273,6 +273,11 @@ class StreamProducer:
         self._all_reports = delivery_reports == "all"
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.Lock()
+        # Serving the retired producers' queues and publishing the counts: the app's
+        # thread (send, poll, flush) and, with failure-only reports, the heartbeat's
+        # (``_reported_epoch``) may both do it.
+        self._serving = threading.RLock()
+        self._failure_lock = threading.Lock()  # failure counts, served on either thread
         self._producers: dict[str, Producer] = {}
         # Producers of clusters the routing left, as (cluster, producer), kept until
         # their queue is empty (replaced, never mutated: read without the lock).
@@ -721,6 +726,17 @@ class StreamProducer:
         stream has left are still being delivered there; reporting the new epoch at
         once let the sealer seal the old segment while ~1,800 records were still on
         their way to it (they landed past its sealed end)."""
+        if not self._all_reports and (self._retired or self._draining):
+            # Their queues hold events besides records (statistics every few seconds,
+            # errors from a dead broker), counted by ``len`` until served: a producer
+            # whose application sent nothing more after a failover (a consumer's dlq
+            # producer, an idle one) told its old epoch for good, and the sealer sealed
+            # only after its grace period. With failure-only reports, serving them here
+            # runs none of the application's callbacks.
+            self._serve_retired()
+            with self._serving:
+                for producer, _ in list(self._draining):
+                    producer.poll(0)
         epoch = self._epoch
         for _, producer in self._retired:  # replaced, never changed: safe from any thread
             if len(producer):
@@ -737,6 +753,10 @@ class StreamProducer:
     def _serve_retired(self) -> None:
         """Serve the retired producers' reports; let go of those with nothing queued
         (their counts are final: published, then kept without the producer)."""
+        with self._serving:
+            self._serve_retired_now()
+
+    def _serve_retired_now(self) -> None:
         if self._draining:
             with self._lock:  # _apply may be adding one
                 self._draining = [(p, e) for p, e in self._draining if len(p)]
@@ -794,12 +814,13 @@ class StreamProducer:
 
     def _count_failure(self, msg: Message) -> None:
         # No latency: the histogram comes from librdkafka's windows alone.
-        self._failed_reports += 1
         topic = msg.topic()
         METRICS.delivery_failed(self.stream, topic)  # metrics
         counts = self._counts.get(topic or "")
-        if counts is not None:
-            counts.failed += 1
+        with self._failure_lock:
+            self._failed_reports += 1
+            if counts is not None:
+                counts.failed += 1
 
     def _on_statistics(self, stats_json: str) -> None:
         """librdkafka's statistics (every few seconds): the produce latency windows."""
@@ -807,6 +828,10 @@ class StreamProducer:
 
     def _report_deliveries(self) -> None:
         """Publish what was sent and acknowledged since the last report to METRICS."""
+        with self._serving:
+            self._report_deliveries_now()
+
+    def _report_deliveries_now(self) -> None:
         produced = METRICS.produced
         acked = METRICS.delivered
         for counts in [*self._counts.values(), *self._retired_counts]:
