@@ -7,6 +7,13 @@ When the full state does not fit, it is written to the compacted side topic
 pointer to that record plus as much of the state as fits. Reading back follows the
 pointer and checks the blob's checksum; if the side record cannot be read, the
 truncated state in the metadata is used, which is always safe (only redelivery).
+
+A side topic that is missing (deleted by hand: deleting the stream deletes it with the
+stream) is told at once, from the reader's metadata or the read's error, and said so,
+with how many settled records the truncated state does not carry (handed out again).
+Before, the read waited for a record of a topic that does not exist for 10 s, long
+enough for the consumer to log that a healthy cluster "has not said where to start"
+its partitions.
 """
 
 from __future__ import annotations
@@ -16,13 +23,16 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import KafkaException as _RawKafkaException
 
 from streamplane.client.metrics import METRICS
 from streamplane.core.commitlog import (
     DEFAULT_MAX_BYTES,
+    DecodedCommit,
     EncodedProgress,
     PartitionProgress,
     SpillPointer,
@@ -34,6 +44,7 @@ from streamplane.core.commitlog import (
     encode_spill_pointer,
 )
 from streamplane.core.routing import commitlog_topic
+from streamplane.core.text import counted
 from streamplane.exceptions import CodecError, KafkaError
 from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
 from streamplane.kafka.clients import consumer_config, producer_config
@@ -60,6 +71,52 @@ _COORDINATOR_MOVING = frozenset(
 _BUDGET_RETRY_S = 30.0
 
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+
+# How long a spilled record is waited for: ``_SPILL_POLLS`` polls of ``_SPILL_POLL_S``.
+_SPILL_POLLS = 20
+_SPILL_POLL_S = 0.5
+# How long the side topic's metadata is waited for before its records are read anyway.
+_SIDE_METADATA_TIMEOUT_S = 5.0
+
+# Error codes of a read (or of a topic in metadata) that mean the topic is not there.
+_TOPIC_MISSING_CODES = frozenset(
+    {
+        _RawKafkaError.UNKNOWN_TOPIC_OR_PART,
+        _RawKafkaError._UNKNOWN_TOPIC,
+        _RawKafkaError._UNKNOWN_PARTITION,
+    }
+)
+
+
+def side_topic_missing(metadata: Any, topic: str, partition: int) -> bool:
+    """Does ``metadata`` (a ``ClusterMetadata`` from ``list_topics(topic)``) say that
+    ``topic``, or its ``partition``, does not exist? A cluster without auto-creation
+    names an unknown topic with the error UNKNOWN_TOPIC_OR_PART, or leaves it out."""
+    found = metadata.topics.get(topic)
+    if found is None:
+        return True
+    if found.error is not None:
+        return bool(found.error.code() in _TOPIC_MISSING_CODES)
+    return partition not in found.partitions
+
+
+def is_topic_missing_error(error: _RawKafkaError | None) -> bool:
+    """Does a read's ``error`` mean that its topic (or partition) does not exist?"""
+    return error is not None and error.code() in _TOPIC_MISSING_CODES
+
+
+def side_topic_missing_warning(
+    side_topic: str, bootstrap: str, partitions: Sequence[tuple[str, int]], dropped: int
+) -> str:
+    """The warning for ``partitions`` (topic, partition) whose spilled commit state is
+    in ``side_topic``, which is missing: what they fall back to and what it costs
+    (``dropped``: the settled records their truncated states do not carry)."""
+    names = ", ".join(f"{topic}[{partition}]" for topic, partition in partitions)
+    return (
+        f"commit-log side topic {side_topic} is missing on {bootstrap} (deleted?): "
+        f"{names} fall back to the truncated state in their commit metadata; "
+        f"{counted(dropped, 'settled record')} it does not carry may be handed out again"
+    )
 
 
 class CommitStore:
@@ -221,6 +278,8 @@ class CommitStore:
             return {}
         committed = self._committed([TopicPartition(t, p) for t, p in tps], timeout_s)
         out: Restored = {}
+        # Partitions whose full state is in the side topic: (key, decoded metadata).
+        spilled: list[tuple[tuple[str, int], DecodedCommit]] = []
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else None
             progress: PartitionProgress | None = None
@@ -228,8 +287,8 @@ class CommitStore:
                 try:
                     decoded = decode(tp.metadata)
                     progress = decoded.progress
-                    if decoded.spill is not None:
-                        progress = self._read_spill(decoded.spill) or progress
+                    if decoded.spill is not None and progress is not None:
+                        spilled.append(((tp.topic, tp.partition), decoded))
                 except CodecError as exc:
                     log.warning(
                         "commit metadata of %s[%d] unreadable (%s)", tp.topic, tp.partition, exc
@@ -237,7 +296,59 @@ class CommitStore:
                 if progress is not None and progress.low_watermark != offset:
                     progress = None  # someone else committed a plain offset since
             out[(tp.topic, tp.partition)] = (progress, offset)
+        if spilled:
+            self._restore_spilled(spilled, out)
         return out
+
+    def _restore_spilled(
+        self, spilled: list[tuple[tuple[str, int], DecodedCommit]], out: Restored
+    ) -> None:
+        """Replace the truncated progress in ``out`` of the ``spilled`` partitions by
+        their full state, read from the side topic; a partition whose side record cannot
+        be read keeps its truncated state (safe: only redelivery). A side topic that is
+        missing is told once, at once, for every such partition."""
+        reader = Consumer(
+            consumer_config(self._bootstrap, f"sp-spill-reader-{uuid.uuid4().hex[:8]}")
+        )
+        try:
+            pointers = [decoded.spill for _, decoded in spilled if decoded.spill is not None]
+            missing = self._side_topic_missing(reader, {pointer.partition for pointer in pointers})
+            fallen_back: list[tuple[tuple[str, int], DecodedCommit]] = []
+            for key, decoded in spilled:
+                assert decoded.spill is not None
+                full = None
+                if not missing:
+                    try:
+                        full = self._read_spill(reader, decoded.spill)
+                    except _SideTopicMissing:
+                        missing = True
+                progress, offset = out[key]
+                if progress is None:  # the committed offset is not this metadata's
+                    continue
+                if full is not None:
+                    out[key] = (full, offset)
+                elif missing:
+                    fallen_back.append((key, decoded))
+            if fallen_back:
+                log.warning(
+                    side_topic_missing_warning(
+                        self.side_topic,
+                        self._bootstrap,
+                        [key for key, _ in fallen_back],
+                        sum(decoded.dropped_settled for _, decoded in fallen_back),
+                    )
+                )
+        finally:
+            reader.close()
+
+    def _side_topic_missing(self, reader: Consumer, partitions: set[int]) -> bool:
+        """Does the cluster say that the side topic (or one of its ``partitions``) does
+        not exist? False when its metadata cannot be had: the read then tells."""
+        try:
+            metadata = reader.list_topics(self.side_topic, timeout=_SIDE_METADATA_TIMEOUT_S)
+        except _RawKafkaException:
+            return False
+        return any(side_topic_missing(metadata, self.side_topic, p) for p in partitions)
 
     def _committed(
         self, tps: list[TopicPartition], timeout_s: float = 30.0
@@ -256,15 +367,20 @@ class CommitStore:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    def _read_spill(self, pointer: SpillPointer) -> PartitionProgress | None:
-        reader = Consumer(
-            consumer_config(self._bootstrap, f"sp-spill-reader-{uuid.uuid4().hex[:8]}")
-        )
+    def _read_spill(self, reader: Consumer, pointer: SpillPointer) -> PartitionProgress | None:
+        """The full state ``pointer`` names, read through ``reader``; None when it cannot
+        be read (compacted away, not the blob the pointer was made for, the cluster too
+        slow). Raises ``_SideTopicMissing`` when the read says the side topic does not
+        exist."""
         try:
             reader.assign([TopicPartition(self.side_topic, pointer.partition, pointer.offset)])
-            for _ in range(20):
-                msg = reader.poll(0.5)
-                if msg is None or msg.error():
+            for _ in range(_SPILL_POLLS):
+                msg = reader.poll(_SPILL_POLL_S)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if is_topic_missing_error(msg.error()):
+                        raise _SideTopicMissing(str(msg.error()))
                     continue
                 blob = msg.value()
                 if msg.offset() == pointer.offset and blob is not None and pointer.matches(blob):
@@ -273,9 +389,13 @@ class CommitStore:
         except (CodecError, _RawKafkaException) as exc:
             log.warning("spilled commit state unreadable (%s): using the truncated state", exc)
         finally:
-            reader.close()
+            reader.unassign()
         log.warning("spilled commit state not found at %s: using the truncated state", pointer)
         return None
+
+
+class _SideTopicMissing(Exception):
+    """A read of the side topic said that it does not exist."""
 
 
 def _await_leader(producer: Producer, topic: str, timeout_s: float = 10.0) -> None:

@@ -135,6 +135,10 @@ _DLQ_BATCH_INTERVAL_S = 0.1
 # failed one again after _LOAD_RETRY_S.
 _LOAD_WAIT_S = 2.0
 _LOAD_RETRY_S = 5.0
+# The dlq producer fails the writes to a topic its metadata says is missing after
+# 1 s, not librdkafka's 30 s: a deleted dlq topic is told (and logged) within about a
+# second, and a letter failed by a topic still propagating is only written again.
+_DLQ_PRODUCER_CONFIG = {"topic.metadata.propagation.max.ms": 1000}
 
 
 class StreamMessage:
@@ -631,7 +635,12 @@ class StreamConsumer:
             self._membership.changed.clear()
         if not self.read_only:  # a browser writes nothing: no commits, no dead letters
             self._dlq = DlqWriter(
-                StreamProducer(self.stream, self._client, lane=DLQ_LANE).open(),
+                StreamProducer(
+                    self.stream,
+                    self._client,
+                    lane=DLQ_LANE,
+                    extra_config=_DLQ_PRODUCER_CONFIG,
+                ).open(),
                 _DLQ_BATCH_INTERVAL_S,
                 self._dead_letter_write,
             )
@@ -1569,8 +1578,10 @@ class StreamConsumer:
 
     def _settle_dead_letters(self, send_now: bool = False) -> None:
         """Settle the records whose dead letter was acked and send the next batch when
-        due; hand those whose dlq write failed out again in a second (not lost:
-        unsettled until a write succeeds). Hold the lock."""
+        due. A dead letter whose write failed is written again by the writer, its record
+        parked meanwhile (out of attempts: not handed to the application again); only a
+        record whose letter cannot be queued at all is handed out again in a second
+        (not lost: unsettled until a write succeeds). Hold the lock."""
         assert self._dlq is not None
         now = time.monotonic()
         written, failed = self._dlq.advance(now, send_now=send_now)
@@ -1604,8 +1615,8 @@ class StreamConsumer:
             with self._lock:
                 self._settle_dead_letters(send_now=True)
             remaining = deadline - time.monotonic()
-            if not dlq.pending or remaining <= 0:
-                break
+            if not dlq.pending or remaining <= 0 or not dlq.writing:
+                break  # nothing in flight: the letters left could not be queued
             dlq.drain(min(remaining, 0.5))
         if dlq.pending:
             log.warning("%d dead letters unfinished at close: left unsettled", dlq.pending)

@@ -29,11 +29,22 @@ partitions' low watermarks and time lag.) ``send_batch`` says where a batch went
 (``SentBatch``), so a routing change while it is queued changes nothing here.
 
 A failed write's report names no record (librdkafka hands its key and value back, not
-its headers), so every record of its batch with that key and value is reported failed
+its headers), so every record of its batch with that key and value counts as failed
 (the report names its topic, which tells the batch: one topic per segment, so per
-cluster): its owner (the consumer) hands it out again, and dead-letters it again when
-the application gives up on it again. The dlq lane is at-least-once, as it already is
-across a crash between a dead letter's write and the next commit.
+cluster). A failed dead letter is written again, not handed back to its owner: its
+record is out of attempts, so it stays unsettled (parked, holding its partition's low
+watermark) until its letter is written, while the partition's other records flow.
+Writes to a topic that failed wait 1 s, then twice as long after each failure in a
+row, up to 8 s (``RewriteBackoff``); letters bound for another topic (the dlq lane
+failed over) do not wait. The first failure is logged at once, naming the topic and
+saying when it is missing; a failure that lasts is logged again every minute, and the
+end of it once. The dlq lane is at-least-once (a letter of a batch that partly failed
+may be written twice), as it already is across a crash between a dead letter's write
+and the next commit. (Before, a failed write handed its record out again a second
+later, to the application's handler, which gave up on it again: with the dlq topic
+deleted, its attempts rose past ``max_attempts`` every ~31 s for good, and the
+failure was first logged 25 s after the deletion.) A write to a topic that librdkafka
+knows to be missing fails as it is queued (``ProduceError``): its letters wait the same.
 
 A dead letter too large to write whole (a record another producer wrote to the lane,
 over the stream's bound, or within its provenance headers of the topic's limit) is
@@ -56,9 +67,82 @@ from confluent_kafka import Message, Producer
 
 from streamplane.client.producer import Record, SentBatch, StreamProducer
 from streamplane.client.provenance import provenance_only
+from streamplane.core.text import counted
 from streamplane.exceptions import ProduceError
 
 log = logging.getLogger(__name__)
+
+# The wait before writing again to a topic whose writes failed: doubled after each
+# failure in a row, up to the cap.
+REWRITE_FIRST_S = 1.0
+REWRITE_MAX_S = 8.0
+# A failure that lasts is logged again this often.
+_FAILURE_REPEAT_LOG_S = 60.0
+
+_TOO_LARGE = _RawKafkaError.MSG_SIZE_TOO_LARGE
+# Errors that mean the topic written to does not exist.
+_TOPIC_MISSING_CODES = frozenset(
+    {_RawKafkaError.UNKNOWN_TOPIC_OR_PART, _RawKafkaError._UNKNOWN_TOPIC}
+)
+
+
+class RewriteBackoff:
+    """When letters bound for a topic whose writes failed are written again: 1 s after
+    the first failure, doubling with each failure in a row up to 8 s; a write that
+    succeeds ends the run. Pure: the caller gives the time."""
+
+    __slots__ = ("failures", "first_failed_at", "logged_at", "retry_at", "topic")
+
+    def __init__(self) -> None:
+        self.topic: str | None = None  # the topic whose writes fail, None when none does
+        self.failures = 0  # failed writes (batches) in a row
+        self.retry_at = 0.0
+        self.first_failed_at = 0.0
+        self.logged_at = 0.0
+
+    def failed(self, topic: str, now: float) -> float:
+        """A write to ``topic`` failed at ``now``: how long until the next one."""
+        if topic != self.topic:
+            self.topic, self.failures, self.first_failed_at = topic, 0, now
+        self.failures += 1
+        delay = min(REWRITE_MAX_S, REWRITE_FIRST_S * 2.0 ** (self.failures - 1))
+        self.retry_at = now + delay
+        return delay
+
+    def succeeded(self, topic: str) -> bool:
+        """A write to ``topic`` succeeded: was it failing until now?"""
+        if topic != self.topic:
+            return False
+        self.topic, self.failures = None, 0
+        return True
+
+    def waits(self, topic: str, now: float) -> bool:
+        """Must a write to ``topic`` wait at ``now``?"""
+        return topic == self.topic and now < self.retry_at
+
+    def should_log(self, now: float) -> bool:
+        """Is a failure at ``now`` to be logged: the first of a run, then once a minute."""
+        if self.failures == 1 or now - self.logged_at >= _FAILURE_REPEAT_LOG_S:
+            self.logged_at = now
+            return True
+        return False
+
+
+def failure_warning(stream: str, topic: str, error: object, letters: int, delay: float) -> str:
+    """What a failed write of ``letters`` dead letters to ``topic`` is logged as."""
+    code = error.code() if isinstance(error, _RawKafkaError) else None
+    what = (
+        f"the dlq topic {topic} of stream {stream!r} is missing (deleted?)"
+        if code in _TOPIC_MISSING_CODES or "Unknown topic" in str(error)
+        else f"the dlq topic {topic} of stream {stream!r} cannot be written"
+    )
+    return (
+        f"{what} ({error}): {counted(letters, 'dead letter')} not written; their records "
+        f"wait unsettled, holding their partitions' low watermarks (the partitions' other "
+        f"records go on), and are written again in {delay:.0f} s (backing off up to "
+        f"{REWRITE_MAX_S:.0f} s)"
+    )
+
 
 R = TypeVar("R")
 # A dead letter: its record (what settles), the reason and the attempts it took.
@@ -125,6 +209,7 @@ class DlqWriter(Generic[R]):
         # large to write whole. Kept until the letter is written or fails.
         self._whole_too_large: set[int] = set()
         self._next_batch_at = 0.0
+        self._backoff = RewriteBackoff()
 
     @property
     def pending(self) -> int:
@@ -149,7 +234,10 @@ class DlqWriter(Generic[R]):
     def advance(self, now: float, *, send_now: bool = False) -> tuple[list[R], list[R]]:
         """Records whose dead letter is in, as (written, failed), from each batch in
         flight that is done (each cluster's on its own); then the next batch goes out
-        if it is due (at once with ``send_now``) and its cluster has none in flight."""
+        if it is due (at once with ``send_now``, even to a topic whose writes failed)
+        and its cluster has none in flight. A letter whose write failed waits to be
+        written again: ``failed`` holds only the records whose letter could not be
+        queued even with its provenance alone."""
         written: list[R] = []
         failed: list[R] = []
         if self._refused:
@@ -161,14 +249,18 @@ class DlqWriter(Generic[R]):
                 self._take_failures()  # a done batch's failures are all served by now
                 self._in_flight = [batch for batch in self._in_flight if batch not in done]
                 for batch in done:
-                    batch_written, lost = self._batch_done(batch)
-                    written += batch_written
-                    failed += lost
+                    written += self._batch_done(batch, now)
         if self._waiting and (send_now or now >= self._next_batch_at):
             topic = self.producer.active_topic()  # the dlq lane's: where the batch goes
-            if not any(topic in batch.topics for batch in self._in_flight):
-                self._send(now)
+            due = send_now or not self._backoff.waits(topic, now)
+            if due and not any(topic in batch.topics for batch in self._in_flight):
+                self._send(now, topic)
         return written, failed
+
+    @property
+    def writing(self) -> bool:
+        """Is a batch in flight (its writes not all in)?"""
+        return bool(self._in_flight)
 
     def drain(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds until a batch in flight is done (whichever
@@ -201,8 +293,9 @@ class DlqWriter(Generic[R]):
         write = self.write_of(*letter)
         return provenance_only(*write) if id(letter[0]) in self._whole_too_large else write
 
-    def _send(self, now: float) -> None:
-        """Queue the waiting letters as one batch."""
+    def _send(self, now: float, topic: str) -> None:
+        """Queue the waiting letters as one batch, to ``topic``; if it cannot be queued
+        (librdkafka knows the topic to be missing), they wait to be written again."""
         batch, self._waiting = self._waiting, []
         try:
             # One write at a time (a generator): each one's headers are freed once
@@ -223,6 +316,12 @@ class DlqWriter(Generic[R]):
                 sent.append(self.producer.send_batch(self._write(letter) for letter in stubs))
                 # not even its provenance fits: a failed write
                 refused = [stubs[i] for i in sent[1].too_large]
+        except ProduceError as exc:
+            # Not queued (those before the one refused may be: written twice, then).
+            self._waiting = batch + self._waiting
+            self._failed(topic, exc, len(batch), now)
+            self._next_batch_at = now + self.interval_s
+            return
         except BaseException:
             # Every letter waits for the next batch. Usually nothing was queued (the
             # producer is closed, or has no dlq lane); if produce itself raised part way,
@@ -274,44 +373,56 @@ class DlqWriter(Generic[R]):
             for batch in owners or in_flight:
                 batch.failures.append(failure)
 
-    def _batch_done(self, done: _Batch[R]) -> tuple[list[R], list[R]]:
+    def _batch_done(self, done: _Batch[R], now: float) -> list[R]:
+        """The records of ``done`` whose dead letter was written; the others wait to be
+        written again (stripped first if the broker found them too large)."""
         batch, failures = done.letters, done.failures
         self._in_flight_letters -= len(batch)
         if not failures:
             self._forget(batch)
-            return [letter[0] for letter in batch], []
+            for topic in done.topics:
+                if self._backoff.succeeded(topic):
+                    log.warning(
+                        "the dlq topic %s of stream %r is written again: %s in",
+                        topic,
+                        self.producer.stream,
+                        counted(len(batch), "dead letter"),
+                    )
+            return [letter[0] for letter in batch]
         lost = {(msg.value(), msg.key()) for _err, msg in failures}
-        too_large = {
-            (msg.value(), msg.key())
-            for err, msg in failures
-            if err.code() == _RawKafkaError.MSG_SIZE_TOO_LARGE
-        }
-        written: list[R] = []
-        failed: list[R] = []
+        too_large = {(msg.value(), msg.key()) for err, msg in failures if err.code() == _TOO_LARGE}
+        written: list[Letter[R]] = []
         again: list[Letter[R]] = []  # refused by the broker as too large: written stripped
+        unwritten: list[Letter[R]] = []  # failed otherwise: written again after a while
         for letter in batch:
             value, key, _headers = self._write(letter)
             if (value, key) in too_large and id(letter[0]) not in self._whole_too_large:
                 again.append(letter)
+            elif (value, key) in lost:
+                unwritten.append(letter)
             else:
-                (failed if (value, key) in lost else written).append(letter[0])
+                written.append(letter)
         if again:
             self._too_large(
                 again,
                 "refused by the broker as too large (each one with its provenance headers, "
                 "or the batch it was written in, over the dlq topic's max.message.bytes)",
             )
-            self._waiting = again + self._waiting
+        self._waiting = again + unwritten + self._waiting
         if len(again) < len(failures):
-            log.warning(
-                "%d dlq writes failed (first: %s): %d records will be handed out again",
-                len(failures),
-                failures[0][0],
-                len(failed),
+            error, msg = next(
+                ((err, msg) for err, msg in failures if err.code() != _TOO_LARGE), failures[0]
             )
-        retried = {id(letter[0]) for letter in again}
-        self._forget([letter for letter in batch if id(letter[0]) not in retried])
-        return written, failed
+            self._failed(msg.topic() or done.topics[0], error, len(unwritten), now)
+        self._forget(written)
+        return [letter[0] for letter in written]
+
+    def _failed(self, topic: str, error: object, letters: int, now: float) -> None:
+        """Writes of ``letters`` dead letters to ``topic`` failed with ``error``: they
+        wait (backing off) and the failure is logged, at once the first time."""
+        delay = self._backoff.failed(topic, now)
+        if self._backoff.should_log(now):
+            log.error(failure_warning(self.producer.stream, topic, error, letters, delay))
 
     def _forget(self, done: list[Letter[R]]) -> None:
         if self._whole_too_large:
