@@ -345,17 +345,39 @@ def _log_to_stderr(log_level: str) -> None:
 
 def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str]:
     """Register (env=local) or refresh the bootstrap of every local-fleet cluster (its
-    tags are kept)."""
+    tags are kept).
+
+    A registered cluster is not moved to another Kafka cluster while streams have
+    segments on it (``ControlPlaneService.repoint_refusal``): a database left from an
+    earlier fleet had its ``local-a`` moved to the current fleet's, and the sealer
+    fenced a live stream's topics there that had the names of its retired segments.
+    That is one warning saying what to do, and the cluster is left as it is."""
+    import logging
+
+    from streamplane.controlplane.service import validate_bootstrap
+
     names = []
     for name, bootstrap in local_fleet_clusters(data_dir):
         try:
             # Forced: the descriptor is the truth about local clusters (one may be down).
             service.register_cluster(name, bootstrap, LOCAL_TAGS, "import-local", force=True)
         except Conflict:
-            tags = {**LOCAL_TAGS, **service.get_cluster(name).tags}  # the user's win
+            current = service.get_cluster(name)
+            refusal = service.repoint_refusal(name, bootstrap)
+            if refusal is not None:
+                logging.getLogger(__name__).warning(
+                    "local fleet: %s; to re-point it anyway: `streamplane clusters update "
+                    "%s --bootstrap %s --force`, or serve a fresh registry (--db)",
+                    refusal, name, bootstrap,
+                )  # fmt: skip
+                names.append(name)
+                continue
+            tags = {**LOCAL_TAGS, **current.tags}  # the user's win
             # forced: after `local down --purge`, `local up` makes a new Kafka cluster
-            # (new id), maybe at new ports
-            service.update_cluster(name, bootstrap, tags, actor="import-local", force=True)
+            # (new id), maybe at new ports; its bootstrap unchanged, its recorded Kafka
+            # cluster id is kept (not taken from whatever answers there now)
+            moved = None if validate_bootstrap(bootstrap) == current.bootstrap else bootstrap
+            service.update_cluster(name, moved, tags, actor="import-local", force=True)
         names.append(name)
     return names
 

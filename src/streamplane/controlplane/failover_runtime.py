@@ -367,6 +367,12 @@ class FailoverRuntime:
             self._audit_health(name, state)
         if state.health is ClusterHealth.DOWN and s.health_failover:
             self._fail_over_cluster(name, state)
+        if error is None and cluster.kafka_cluster_id is None:
+            # Registered before its id was recorded: the first answer records it.
+            try:
+                self.service.learn_kafka_cluster_id(cluster, s.health_timeout)
+            except Exception as exc:
+                _warn("recording the Kafka cluster id of %s failed: %s", exc, name)
         return state
 
     def _write_health(self, name: str, state: HealthState, now: float) -> None:
@@ -492,8 +498,14 @@ class FailoverRuntime:
         report fails (the application sees it), instead of being acknowledged and never
         read. The watch is in the store: a new leader goes on with it. A fenced segment
         is looked at for ``_FENCE_SETTLE_S`` more, for records the broker took while
-        the fence was being applied."""
+        the fence was being applied.
+
+        Neither is done while the cluster answering at the registered bootstrap is not
+        the registered Kafka cluster (``_foreign_cluster``): a registry moved to another
+        Kafka cluster fenced the topics of a live stream there that had the names of
+        its retired segments."""
         tables: dict[str, RoutingTable | None] = {}
+        answering: dict[str, str | StreamplaneError | None] = {}  # this round's cluster ids
         watch = timedelta(seconds=self.settings.retired_watch)
         for r in self.store.watched_retirements(_FENCE_SETTLE_S):
             key = (r.stream, r.cluster, r.topic)
@@ -510,6 +522,16 @@ class FailoverRuntime:
                 io = self._io(self.service.store.get_cluster(r.cluster).bootstrap)
                 ends = io.end_offsets(r.topic, seg.partitions, self.settings.kafka_timeout)
                 late = sum(max(0, o - seg.sealed_end_offsets.get(p, 0)) for p, o in ends.items())
+                fence_due = r.fenced_at is None and utcnow() - r.retired_at >= watch
+                if late or fence_due:
+                    foreign = self._foreign_cluster(r.cluster, answering)
+                    if foreign is not None:
+                        what = "reopening" if late else "fencing"
+                        self._warn_once((r.stream, r.cluster, f"{r.topic} on another cluster"),
+                                        "not %s %s on %s: %s", what, r.topic, r.cluster,
+                                        foreign)  # fmt: skip
+                        continue
+                    self._warned.discard((r.stream, r.cluster, f"{r.topic} on another cluster"))
                 if late:
                     self.store.record_reopened(*key)
                     self.service.transition_segment(
@@ -521,7 +543,7 @@ class FailoverRuntime:
                         "retired again once settled",
                         r.topic, r.cluster, late,
                     )  # fmt: skip
-                elif r.fenced_at is None and utcnow() - r.retired_at >= watch:
+                elif fence_due:
                     io.fence(r.topic, self.settings.kafka_timeout)
                     self.store.record_fenced(*key)
                     detail = {"cluster": r.cluster, "topic": r.topic, **FENCED_TOPIC_CONFIG}
@@ -534,6 +556,31 @@ class FailoverRuntime:
                 continue  # the table moved on, or the stream is gone: next round
             except StreamplaneError as exc:
                 self._warn_once(key, "cannot watch %s on %s: %s", r.topic, r.cluster, exc)
+
+    def _foreign_cluster(
+        self, cluster: str, answering: dict[str, str | StreamplaneError | None]
+    ) -> str | None:
+        """What is wrong when the Kafka cluster answering at ``cluster``'s registered
+        bootstrap is not the one registered (its recorded cluster id), None when it is.
+        Kafka is asked once per cluster and watch round (``answering``); raises
+        ``KafkaError`` when the cluster does not answer. A cluster with no id recorded
+        (registered before schema version 9) has the one answering recorded now."""
+        record = self.service.store.get_cluster(cluster)
+        if cluster not in answering:
+            try:
+                answering[cluster] = self.service.kafka_cluster_id(
+                    record.bootstrap, self.settings.kafka_timeout
+                )
+            except StreamplaneError as exc:
+                answering[cluster] = exc
+        found = answering[cluster]
+        if isinstance(found, StreamplaneError):
+            raise found
+        if record.kafka_cluster_id is None:
+            if found is not None:
+                self.service.store.record_kafka_cluster_id(cluster, record.bootstrap, found)
+            return None
+        return foreign_cluster_problem(cluster, record.bootstrap, record.kafka_cluster_id, found)
 
     def _seal_and_retire_stream(self, stream: str, mono: float) -> None:
         try:
@@ -698,6 +745,21 @@ class FailoverRuntime:
         if key not in self._warned:
             self._warned.add(key)
             log.warning(msg, *args)
+
+
+def foreign_cluster_problem(
+    cluster: str, bootstrap: str, registered_id: str, answering_id: str | None
+) -> str | None:
+    """What is wrong when ``bootstrap``, where ``cluster`` is registered as Kafka cluster
+    ``registered_id``, answers as another one (``answering_id``, None if it gives no
+    id); None when it is the same."""
+    if answering_id == registered_id:
+        return None
+    return (
+        f"the cluster answering at {bootstrap} is another Kafka cluster (id "
+        f"{answering_id or 'not given'}, registered {registered_id}); if it is {cluster} "
+        f"now: streamplane clusters update {cluster} --bootstrap {bootstrap} --force"
+    )
 
 
 def _active_cluster(table: RoutingTable, lane: str) -> str | None:

@@ -216,6 +216,12 @@ def _v8_retirements(conn: Connection) -> None:
     )
 
 
+def _v9_kafka_cluster_ids(conn: Connection) -> None:
+    # Which Kafka cluster each registered name is (its cluster id): null until known.
+    # Clusters registered before this version get theirs the first time they answer.
+    conn.execute(sa.text("ALTER TABLE clusters ADD COLUMN kafka_cluster_id VARCHAR(255)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "clusters, streams and segments", _v1_registry_and_routing),
     Migration(2, "audit log of routing and registry changes", _v2_audit_log),
@@ -225,6 +231,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "the leader's advertised URL", _v6_leader),
     Migration(7, "the lanes each group reads", _v7_stream_readers),
     Migration(8, "retired segments: watched, reopened, fenced", _v8_retirements),
+    Migration(9, "the Kafka cluster id of each registered cluster", _v9_kafka_cluster_ids),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from streamplane.controlplane.cluster_io import ControlPlaneAdmin, TopicDescription
@@ -230,6 +230,46 @@ def validate_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return dict(tags)
 
 
+def repoint_refusal(
+    name: str,
+    current: str,
+    bootstrap: str,
+    registered_id: str | None,
+    answering_id: str | None,
+    streams: Sequence[str],
+) -> str | None:
+    """Why cluster ``name`` must not be moved from ``current`` to ``bootstrap`` without an
+    operator's word (None: it may), given the Kafka cluster id it is registered as
+    (``registered_id``, None if not known), the one ``bootstrap`` answers with
+    (``answering_id``, None if it does not answer) and the streams with segments on it.
+
+    A move keeps every segment on the name: to another Kafka cluster, the registry takes
+    that cluster's topics of the same names for its own (the sealer fenced 4 topics of a
+    live stream another control plane had made there). Without segments, nothing is
+    taken; the same Kafka cluster at another address is what a move is for."""
+    if not streams or (registered_id is not None and answering_id == registered_id):
+        return None
+    if answering_id is None:
+        registered = "" if registered_id is None else f" (registered: {registered_id})"
+        found = (
+            f"{bootstrap} does not answer, so it cannot be told to be the Kafka cluster "
+            f"registered{registered}"
+        )
+    elif registered_id is None:
+        found = (
+            f"{bootstrap} is Kafka cluster {answering_id}, and the one registered is not "
+            f"known ({current} does not answer)"
+        )
+    else:
+        found = (
+            f"{bootstrap} is another Kafka cluster (id {answering_id}; registered: {registered_id})"
+        )
+    return (
+        f"cluster {name!r} not re-pointed from {current} to {bootstrap}: {found}, and the "
+        f"registry holds segments of streams {', '.join(streams)} there"
+    )
+
+
 def parse_tag_filter(items: Iterable[str]) -> dict[str, str]:
     """``["env:prod", "zone:a"]`` -> ``{"env": "prod", "zone": "a"}`` (``key:value``)."""
     out: dict[str, str] = {}
@@ -276,7 +316,9 @@ class ControlPlaneService:
         force: bool = False,
     ) -> ClusterRecord:
         """Register a cluster. Its bootstrap must answer, and be a Kafka cluster no other
-        name is registered for (by cluster id), unless ``force`` (as ``update_cluster``)."""
+        name is registered for (by cluster id), unless ``force`` (as ``update_cluster``).
+        The Kafka cluster id it answers with is recorded (forced while it does not
+        answer: the first answer is, ``learn_kafka_cluster_id``)."""
         validate_cluster_name(name)
         now = utcnow()
         record = ClusterRecord(
@@ -286,15 +328,24 @@ class ControlPlaneService:
             created_at=now,
             updated_at=now,
         )
-        if not force:
-            try:
-                self.store.get_cluster(name)
-            except NotFound:
-                kafka_id = self._answering_cluster_id(name, record.bootstrap, _NOT_REGISTERED)
-                self._check_registered_once(name, record.bootstrap, kafka_id, _NOT_REGISTERED)
-            else:  # before asking Kafka: the name alone decides
-                raise Conflict(f"cluster {name!r} is already registered")
-        detail = {"bootstrap": record.bootstrap, "tags": dict(record.tags)}
+        try:
+            self.store.get_cluster(name)
+        except NotFound:
+            pass
+        else:  # before asking Kafka: the name alone decides
+            raise Conflict(f"cluster {name!r} is already registered")
+        kafka_id: str | None
+        if force:  # recorded if it answers; else the first time it does
+            kafka_id = _id_if_answering(self._probe_admin(record.bootstrap), self._check_timeout)
+        else:
+            kafka_id = self._answering_cluster_id(name, record.bootstrap, _NOT_REGISTERED)
+            self._check_registered_once(name, record.bootstrap, kafka_id, _NOT_REGISTERED)
+        record = replace(record, kafka_cluster_id=kafka_id or None)
+        detail = {
+            "bootstrap": record.bootstrap,
+            "tags": dict(record.tags),
+            "kafka_cluster_id": record.kafka_cluster_id,
+        }
         self.store.add_cluster(record, AuditEntry(actor, "cluster.register", None, detail))
         return record
 
@@ -307,38 +358,96 @@ class ControlPlaneService:
         force: bool = False,
     ) -> ClusterRecord:
         """Change a cluster's bootstrap and/or replace its tags. A new bootstrap must
-        answer and, if the registered one still answers, be the same Kafka cluster (its
-        cluster id), unless ``force``: a typo made the cluster look down, and the
-        health checks failed every stream over away from it within seconds."""
+        answer and be the same Kafka cluster (by cluster id: the recorded one, else the
+        one the registered bootstrap answers with, if it does), unless ``force``: a
+        typo made the cluster look down, and the health checks failed every stream
+        over away from it within seconds.
+
+        The Kafka cluster id the bootstrap answers with is recorded with it (the
+        cluster the name stands for from now on); a forced bootstrap that does not
+        answer records none (the first answer is recorded), unless it is the same
+        bootstrap. A forced update with the registered bootstrap itself takes the
+        Kafka cluster answering there now as the cluster's (an operator's word after
+        the sealer refused to fence on another cluster)."""
         validate_cluster_name(name)
         bootstrap = None if bootstrap is None else validate_bootstrap(bootstrap)
         tags = None if tags is None else validate_tags(tags)
-        if bootstrap is not None and not force:
-            current = self.store.get_cluster(name).bootstrap
-            if bootstrap != current:
-                self._check_same_cluster(name, current, bootstrap)
+        kafka_id: str | None = None
+        if bootstrap is not None:
+            current = self.store.get_cluster(name)
+            if force:
+                kafka_id = _id_if_answering(self._probe_admin(bootstrap), self._check_timeout)
+                if kafka_id is None and bootstrap == current.bootstrap:
+                    kafka_id = current.kafka_cluster_id
+            elif bootstrap != current.bootstrap:
+                kafka_id = self._check_same_cluster(current, bootstrap)
+            else:
+                kafka_id = current.kafka_cluster_id
         detail: dict[str, Any] = {"cluster": name}
         if bootstrap is not None:
             detail["bootstrap"] = bootstrap
+            detail["kafka_cluster_id"] = kafka_id
         if tags is not None:
             detail["tags"] = dict(tags)
         record = self.store.update_cluster(
-            name, AuditEntry(actor, "cluster.update", None, detail), bootstrap, tags
+            name, AuditEntry(actor, "cluster.update", None, detail), bootstrap, tags, kafka_id
         )
         return record
 
-    def _check_same_cluster(self, name: str, current: str, bootstrap: str) -> None:
+    def _check_same_cluster(self, current: ClusterRecord, bootstrap: str) -> str:
+        """The Kafka cluster id ``bootstrap`` answers with, if it is the registered
+        cluster ``current`` (by its recorded id; while none is recorded, by what its
+        registered bootstrap answers, if it does) and no other name's; else a
+        ConfigError (400) or Conflict (409)."""
+        name = current.name
         new_id = self._answering_cluster_id(name, bootstrap, _NOT_CHANGED)
-        try:
-            old_id: str | None = self._admin(current).cluster_id(self._check_timeout)
-        except KafkaError:
-            old_id = None  # moved away, or down: the new address is all there is
+        old_id = current.kafka_cluster_id
+        if old_id is None:  # not recorded yet; gone or down too: the new address is all
+            old_id = _id_if_answering(self._admin(current.bootstrap), self._check_timeout)
         if old_id is not None and old_id != new_id:
             raise ConfigError(
                 f"cluster {name!r}: {bootstrap} is another Kafka cluster (id {new_id}; "
-                f"{current} is {old_id}); {_NOT_CHANGED}"
+                f"{current.bootstrap} is {old_id}); {_NOT_CHANGED}"
             )
         self._check_registered_once(name, bootstrap, new_id, _NOT_CHANGED)
+        return new_id
+
+    def repoint_refusal(self, name: str, bootstrap: str) -> str | None:
+        """Why cluster ``name`` must not be moved to ``bootstrap`` without an operator's
+        word, None if it may (``repoint_refusal``, the function): Kafka is asked only
+        when streams have segments on it, and the registered bootstrap only while no
+        Kafka cluster id is recorded."""
+        current = self.store.get_cluster(name)
+        bootstrap = validate_bootstrap(bootstrap)
+        if bootstrap == current.bootstrap:
+            return None
+        streams = self.store.streams_with_segments_on(name)
+        if not streams:
+            return None
+        registered = current.kafka_cluster_id
+        if registered is None:
+            registered = _id_if_answering(self._admin(current.bootstrap), self._check_timeout)
+        answering = _id_if_answering(self._probe_admin(bootstrap), self._check_timeout)
+        return repoint_refusal(name, current.bootstrap, bootstrap, registered, answering, streams)
+
+    def kafka_cluster_id(self, bootstrap: str, timeout: float | None = None) -> str | None:
+        """The Kafka cluster id a registered cluster's ``bootstrap`` answers with (None if
+        it gives none); raises ``KafkaError`` if it does not answer."""
+        admin = self._admin(bootstrap)
+        return admin.cluster_id(self._check_timeout if timeout is None else timeout) or None
+
+    def learn_kafka_cluster_id(self, cluster: ClusterRecord, timeout: float | None = None) -> None:
+        """Record the Kafka cluster id of ``cluster`` (one without, registered before
+        schema version 9) as its registered bootstrap answers now; nothing if it does
+        not answer. Raises database errors."""
+        try:
+            kafka_id = self.kafka_cluster_id(cluster.bootstrap, timeout)
+        except KafkaError:
+            return
+        if kafka_id and self.store.record_kafka_cluster_id(
+            cluster.name, cluster.bootstrap, kafka_id
+        ):
+            log.info("cluster %s is Kafka cluster %s (recorded)", cluster.name, kafka_id)
 
     @property
     def _check_timeout(self) -> float:
@@ -753,6 +862,15 @@ class ControlPlaneService:
                 listener(stream, epoch)
             except Exception:
                 log.exception("routing change listener failed")
+
+
+def _id_if_answering(admin: TopicAdmin, timeout: float) -> str | None:
+    """The Kafka cluster id ``admin``'s cluster answers with; None if it does not answer
+    (or gives none)."""
+    try:
+        return admin.cluster_id(timeout) or None
+    except KafkaError:
+        return None
 
 
 def _topics_by_cluster(table: RoutingTable) -> dict[str, list[str]]:

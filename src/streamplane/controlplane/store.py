@@ -53,6 +53,8 @@ clusters = sa.Table(
     sa.Column("tags", sa.JSON, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    # The Kafka cluster the name stands for (null: not known yet, see ClusterRecord).
+    sa.Column("kafka_cluster_id", sa.String(255), nullable=True),
 )
 
 streams = sa.Table(
@@ -137,11 +139,17 @@ def _bytewise_postgresql(element: bytewise, compiler: Any, **kw: Any) -> str:
 
 @dataclass(frozen=True)
 class ClusterRecord:
+    """A registered cluster. ``kafka_cluster_id`` is the Kafka cluster the name stands
+    for, as it answered at registration or at its last bootstrap change; None while not
+    known (registered before schema version 9, or forced while its bootstrap did not
+    answer): then it is recorded the first time the cluster answers at its bootstrap."""
+
     name: str
     bootstrap: str
     tags: Mapping[str, str]
     created_at: datetime
     updated_at: datetime
+    kafka_cluster_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -710,6 +718,7 @@ class Store:
                     tags=dict(record.tags),
                     created_at=record.created_at,
                     updated_at=record.updated_at,
+                    kafka_cluster_id=record.kafka_cluster_id,
                 )
             )
             _audit(conn, audit)
@@ -732,10 +741,15 @@ class Store:
         audit: AuditEntry,
         bootstrap: str | None = None,
         tags: Mapping[str, str] | None = None,
+        kafka_cluster_id: str | None = None,
     ) -> ClusterRecord:
+        """Change a cluster's bootstrap and/or tags. A bootstrap comes with the Kafka
+        cluster id it answered with (``kafka_cluster_id``, None when not known), which
+        replaces the recorded one; without a bootstrap, the recorded id is kept."""
         values: dict[str, Any] = {"updated_at": utcnow()}
         if bootstrap is not None:
             values["bootstrap"] = bootstrap
+            values["kafka_cluster_id"] = kafka_cluster_id
         if tags is not None:
             values["tags"] = dict(tags)
         with self.engine.begin() as conn:
@@ -745,6 +759,21 @@ class Store:
             _audit(conn, audit)
             row = conn.execute(clusters.select().where(clusters.c.name == name)).one()
         return _cluster(row)
+
+    def record_kafka_cluster_id(self, name: str, bootstrap: str, kafka_cluster_id: str) -> bool:
+        """Record the Kafka cluster id of cluster ``name`` if none is recorded yet and it
+        is still registered at ``bootstrap`` (where the id was asked). Whether it was."""
+        with self.engine.begin() as conn:
+            done = conn.execute(
+                clusters.update()
+                .where(
+                    clusters.c.name == name,
+                    clusters.c.bootstrap == bootstrap,
+                    clusters.c.kafka_cluster_id.is_(None),
+                )
+                .values(kafka_cluster_id=kafka_cluster_id)
+            )
+        return done.rowcount > 0
 
     def delete_cluster(self, name: str, audit: AuditEntry) -> None:
         with self.engine.begin() as conn:
@@ -767,6 +796,15 @@ class Store:
             )
         )
         return sorted({r.stream for r in rows})  # code point order, as bytewise()
+
+    def streams_with_segments_on(self, cluster: str) -> list[str]:
+        """The streams with a segment on ``cluster``, in any state (retired included: its
+        topic is still watched, then fenced), in code point order."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(segments.c.stream).where(segments.c.cluster == cluster).distinct()
+            )
+            return sorted(r.stream for r in rows)
 
     # ------------------------------------------------------------------ streams
     def add_stream(self, record: StreamRecord, table: RoutingTable, audit: AuditEntry) -> None:
@@ -961,6 +999,7 @@ def _cluster(row: sa.Row[Any]) -> ClusterRecord:
         tags=dict(row.tags),
         created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
+        kafka_cluster_id=row.kafka_cluster_id,
     )
 
 

@@ -94,7 +94,7 @@ def test_segments_retired_before_version_8_are_watched_then_fenced(db_url: str) 
                 {"cluster": seg.cluster, "topic": seg.topic, "pos": i, "lane": seg.lane,
                  "state": seg.state.value, "epoch": seg.epoch},
             )  # fmt: skip
-    assert migrate(engine) == [8]
+    assert migrate(engine, target=8) == [8]
     watched = FailoverStore(engine).watched_retirements(60.0)
     assert [(r.stream, r.cluster, r.topic, r.fenced_at) for r in watched] == [
         ("old", "a", e1, None)
