@@ -1125,6 +1125,7 @@ class StreamConsumer:
         # ``max_records``), so no part of it waits in the buffer while the next one is
         # fetched: see ``_FETCH_BATCH``.
         if self._until_housekeeping > 0 and time.monotonic() < self._housekeeping_due:
+            self._fetch_higher_lanes()
             out = self._take(max_records)
             if not out:
                 self._fetch(0)
@@ -1181,6 +1182,8 @@ class StreamConsumer:
                 # retries housekeeping just released then join a full batch rather than
                 # making a small one of their own.
                 self._fetch(0)
+            else:
+                self._fetch_higher_lanes()
             out = self._take(max_records)
             if out:
                 self._until_housekeeping -= len(out)
@@ -1257,19 +1260,41 @@ class StreamConsumer:
             return
         got_any = False
         for i, (fetcher, consumer) in enumerate(consumers):
-            cluster = fetcher[0]
             wait = timeout if (i == len(consumers) - 1 and not got_any) else 0
-            try:
-                batch = consume_available(consumer, self.fetch_batch, wait)
-            except _RawKafkaException as exc:
-                log.warning("fetch from %s failed: %s", cluster, exc)
-                continue
-            if batch:
-                got_any = True
-                METRICS.fetch_latency_of(self.stream, cluster, batch[0])  # metrics
-                self._accept(cluster, batch)
-            else:  # it held nothing: no partition is handed out alone while others wait
-                self._streaks.pop(fetcher, None)
+            got_any = self._fetch_from(fetcher, consumer, wait) or got_any
+
+    def _fetch_from(self, fetcher: tuple[str, int], consumer: Consumer, wait: float) -> bool:
+        """Buffer what one lane's client on one cluster has fetched; whether it had any."""
+        cluster = fetcher[0]
+        try:
+            batch = consume_available(consumer, self.fetch_batch, wait)
+        except _RawKafkaException as exc:
+            log.warning("fetch from %s failed: %s", cluster, exc)
+            return False
+        if batch:
+            METRICS.fetch_latency_of(self.stream, cluster, batch[0])  # metrics
+            self._accept(cluster, batch)
+            return True
+        self._streaks.pop(fetcher, None)  # none: no partition handed out alone while others wait
+        return False
+
+    def _fetch_higher_lanes(self) -> None:
+        """Buffer, without waiting, what the clients of the lanes above the highest one
+        buffered have fetched. The buffers are topped up only when they run low, so a
+        realtime record waited behind the bulk records buffered (up to ``fetch_batch``
+        of them): with a 20 ms handler, realtime p50 2.0 s, max 5.4 s (an exploratory
+        run of a group busy on a bulk backlog). Nothing is asked when the top lane has
+        records buffered, or when nothing is (a fetch comes then anyway)."""
+        top = 0
+        for buf in self._buffers:
+            if buf.size:
+                break
+            top += 1
+        if top == 0 or top == len(self._buffers):
+            return
+        for fetcher, consumer in self._fetch_order:
+            if fetcher[1] < top:
+                self._fetch_from(fetcher, consumer, 0)
 
     def _accept(self, cluster: str, batch: list[Message]) -> None:
         """Buffer a fetched batch: it comes in runs of one partition, recorded in the
