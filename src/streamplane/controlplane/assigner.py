@@ -61,6 +61,7 @@ class AssignerService:
         self._groups: dict[str, _Group] = {}
         self._lock = threading.Lock()
         self._leading = True
+        self._last_heartbeat = -float("inf")  # when the last heartbeat was answered
 
     def lead(self, leader: bool) -> None:
         """Whether this replica leads: told by the leadership at each change (and its
@@ -78,6 +79,18 @@ class AssignerService:
                 self._groups.clear()
                 self._recover_until = self._clock() + self._recovery_s
             self._leading = leader
+
+    def _paused_with_members_live(self, now: float) -> bool:
+        """More than a lease since the last heartbeat answered, and some member's
+        lease was running then (members heartbeat several times a lease)."""
+        last = self._last_heartbeat
+        if now - last <= self.config.lease_ttl_s:
+            return False
+        return any(
+            group.state is not None
+            and any(m.lease_expiry > last for m in group.state.members.values())
+            for group in self._groups.values()
+        )
 
     def _units(self, group: _Group) -> frozenset[WorkUnit]:
         table = self._routing(group.stream)
@@ -100,6 +113,17 @@ class AssignerService:
     ) -> HeartbeatAnswer:
         now = self._clock()
         with self._lock:
+            if self._paused_with_members_live(now):
+                # No heartbeat answered for longer than a lease while members held
+                # leases: this process did not run (stopped, starved, its host frozen),
+                # not every member at once. Its leases all read expired: the first
+                # heartbeat after a 15 s SIGSTOP was given every unit, the others
+                # admitted afresh, and 188 records were handled twice. The members kept
+                # their units meanwhile (fail-static), so the groups are rebuilt from
+                # their claims, as after a restart.
+                self._groups.clear()
+                self._recover_until = now + self._recovery_s
+            self._last_heartbeat = now
             group = self._groups.get(group_id)
             if group is not None and (group.stream, group.lanes) != (stream, tuple(lanes)):
                 if not _has_live_members(group, now):

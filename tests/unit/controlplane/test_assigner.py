@@ -234,3 +234,50 @@ def test_a_follower_promoted_later_starts_from_the_claims(
         assert answer.status_code == 200, answer.text
         # In the new leader's recovery window: exactly what the member claims.
         assert answer.json()["work_units"] == [unit] and answer.json()["generation"] == 0
+
+
+def test_a_paused_control_plane_rebuilds_its_groups_from_the_claims() -> None:
+    """The control plane was stopped for 15 s (SIGSTOP, a frozen host) while both
+    members kept heartbeating into the void, fail-static with their units. On resume
+    every lease read expired: the first member to heartbeat was given every unit and
+    the other admitted afresh (an exploratory run: 188 records handled twice). Now a
+    gap of more than a lease with no heartbeat answered, while members held leases, is
+    taken for a pause of this process: the groups are rebuilt from the members'
+    claims after the recovery window, as after a restart, and nothing moves."""
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 4)]
+    svc = service(table, clock, recovery_s=2.0)
+    clock.now += 2.5  # past the start's recovery window
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    for _ in range(4):  # a releases what b is to hold
+        clock.now += 0.3
+        a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), released=a.release)
+        b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    held_a, held_b = a.work_units, b.work_units
+    assert held_a and held_b and len(held_a | held_b) == 4
+
+    clock.now += 15.0  # paused: nothing answered
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), claims=held_a)
+    assert a.work_units == held_a and not a.joined  # its claims, not every unit
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=held_b)
+    assert b.work_units == held_b
+    clock.now += 2.5  # the window is over: rebuilt from the claims, nothing moves
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), claims=held_a)
+    b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=held_b)
+    assert a.work_units == held_a and b.work_units == held_b
+    assert not a.joined and not b.joined
+
+
+def test_a_member_alone_after_the_others_died_is_not_taken_for_a_pause() -> None:
+    """The others stopped heartbeating, this one did not: their leases expire as ever."""
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 4)]
+    svc = service(table, clock, recovery_s=2.0)
+    clock.now += 2.5
+    a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    for _ in range(10):  # a beats every 0.5 s; b is dead
+        clock.now += 0.5
+        a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), released=a.release)
+    assert len(a.work_units) == 4
