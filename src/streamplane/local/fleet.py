@@ -471,8 +471,12 @@ class LocalFleet:
 
     # ------------------------------------------------------------------ down
     def down(self, purge: bool = False) -> int:
-        """Stop every broker; returns how many were running. Nothing running is not an error."""
+        """Stop every broker; returns how many were running. Nothing running is not an
+        error. ``purge``: delete the fleet's data too (``purge``), running or not (a
+        fleet stopped before kept its data, and ``up`` would start it again)."""
         if not self.descriptor_file.is_file():
+            if purge:
+                self.purge()
             return 0
         desc = self.descriptor()
         stopped = 0

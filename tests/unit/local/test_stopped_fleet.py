@@ -235,3 +235,15 @@ def test_a_plain_down_says_the_data_is_kept(tmp_path: Path) -> None:
     assert "no local fleet running" in proc.stdout
     assert "kept the fleet's data" in proc.stdout and "--purge" in proc.stdout
     assert (tmp_path / "local-a" / "broker-1" / "data" / "persist-test-0").is_dir()
+
+
+def test_down_with_purge_deletes_a_stopped_fleets_data(tmp_path: Path) -> None:
+    """``make run`` wants a fresh fleet: ``down(purge=True)`` after the last run's plain
+    ``down`` returned at once (no descriptor), and ``up`` restarted the last run's fleet
+    with its demo topics (the stream could not be created again)."""
+    spec = FleetSpec(data_dir=tmp_path, clusters=2)
+    write_stopped_fleet(tmp_path, spec)
+    fleet = LocalFleet(tmp_path)
+    assert fleet.has_data()
+    assert fleet.down(purge=True) == 0
+    assert not fleet.has_data() and stopped_fleet(tmp_path) == {}
