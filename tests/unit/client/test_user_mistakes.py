@@ -31,11 +31,11 @@ class AsyncHandler:
         pass
 
 
-@pytest.mark.parametrize("handler", [handle_async, AsyncHandler()], ids=["function", "__call__"])
-def test_run_refuses_an_async_handler(handler: Any) -> None:
-    """It acked every record without running the handler's body (only Python's "never
-    awaited" warning said so)."""
-    c, state = consumer_of(3, DlqBroker())
+def refused_by_run(handler: Any, records: int = 3) -> tuple[str, PartitionState, DlqBroker]:
+    """``run(handler)`` over ``records`` fetched records, stopped after 5 s if it took the
+    handler: the ConfigError's text ("" if none), the partition and the dlq stand-in."""
+    broker = DlqBroker()
+    c, state = consumer_of(records, broker)
     stop = threading.Event()
     raised: list[BaseException] = []
 
@@ -52,9 +52,27 @@ def test_run_refuses_an_async_handler(handler: Any) -> None:
         thread.join(5)  # a run that took the handler runs until stopped
         stop.set()
         thread.join(5)
-    assert raised and "coroutine function" in str(raised[0])
-    c.poll_batch(10, 0)  # housekeeping: what was acked is applied
+    c.poll_batch(10, 0)  # housekeeping: what was settled is applied
+    return (str(raised[0]) if raised else ""), state, broker
+
+
+@pytest.mark.parametrize("handler", [handle_async, AsyncHandler()], ids=["function", "__call__"])
+def test_run_refuses_an_async_handler(handler: Any) -> None:
+    """It acked every record without running the handler's body (only Python's "never
+    awaited" warning said so)."""
+    error, state, _ = refused_by_run(handler)
+    assert "coroutine function" in error
     assert state.unsettled() == 3  # nothing was acked
+
+
+@pytest.mark.parametrize("handler", [None, 42, "handle"])
+def test_run_refuses_a_handler_that_is_not_callable(handler: Any) -> None:
+    """Before anything is read (an exploratory run: ``run(None)`` and ``run(42)``
+    returned normally having dead-lettered the whole stream, "TypeError: 'NoneType'
+    object is not callable" as the last error)."""
+    error, state, broker = refused_by_run(handler)
+    assert f"the handler must be callable (given each StreamMessage), not {handler!r}" in error
+    assert state.unsettled() == 3 and broker.written == []
 
 
 def test_a_handler_that_returns_a_coroutine_nacks_with_the_reason() -> None:

@@ -15,15 +15,16 @@ from streamplane.exceptions import ConfigError, LocalFleetError
 from streamplane.local.control_plane_process import ControlPlaneProcess
 
 
-def _serve(tmp_path: Path, db_url: str) -> subprocess.CompletedProcess[str]:
+def serve(cwd: Path, db_url: str, port: int = 0) -> subprocess.CompletedProcess[str]:
+    """``control-plane serve`` run in ``cwd`` until it exits (these starts fail)."""
     args = [
         sys.executable, "-m", "streamplane.cli", "control-plane", "serve", "--db", db_url,
-        "--port", "0", "--token", "serve-test-token", "--no-import-local", "--no-health",
+        "--port", str(port), "--token", "serve-test-token", "--no-import-local", "--no-health",
     ]  # fmt: skip
-    return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -33,7 +34,7 @@ def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_a_port_that_is_not_a_number_is_one_error_line(tmp_path: Path) -> None:
-    line = _one_error_line(_serve(tmp_path, "postgresql+psycopg://u:secret@127.0.0.1:notaport/db"))
+    line = one_error_line(serve(tmp_path, "postgresql+psycopg://u:secret@127.0.0.1:notaport/db"))
     assert "the port is not a number" in line
     assert "secret" not in line
 
@@ -41,7 +42,7 @@ def test_a_port_that_is_not_a_number_is_one_error_line(tmp_path: Path) -> None:
 def test_a_sqlite_file_in_a_missing_directory_tree_is_refused(tmp_path: Path) -> None:
     """A mistyped --db made its directories and served a new, empty registry; only the
     file's own directory is made (``.streamplane/`` on a fresh checkout)."""
-    line = _one_error_line(_serve(tmp_path, f"sqlite:///{tmp_path}/no/such/dir/cp.db"))
+    line = one_error_line(serve(tmp_path, f"sqlite:///{tmp_path}/no/such/dir/cp.db"))
     assert f"directory {tmp_path}/no/such does not exist" in line
     assert not (tmp_path / "no").exists()
 
@@ -49,7 +50,7 @@ def test_a_sqlite_file_in_a_missing_directory_tree_is_refused(tmp_path: Path) ->
 def test_postgres_urls_mean_the_installed_driver(tmp_path: Path) -> None:
     # Nothing listens on port 1: the database cannot be opened, but the driver loads.
     for scheme in ("postgres", "postgresql"):
-        line = _one_error_line(_serve(tmp_path, f"{scheme}://u@127.0.0.1:1/db"))
+        line = one_error_line(serve(tmp_path, f"{scheme}://u@127.0.0.1:1/db"))
         assert "driver not installed" not in line, line
         assert "cannot open the database" in line, line
 

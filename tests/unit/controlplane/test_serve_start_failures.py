@@ -8,8 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,27 +17,11 @@ import pytest
 from streamplane.controlplane import store as store_module
 from streamplane.controlplane.store import lock_database_file
 from streamplane.exceptions import ConfigError
+from tests.unit.controlplane.test_serve_start import one_error_line, serve
 
 # /sys (sysfs) refuses new files to every user, root included: a directory this
 # process cannot write, wherever the tests run.
 UNWRITABLE_DIR = Path("/sys")
-
-
-def _serve(cwd: Path, db_url: str, port: int = 0) -> subprocess.CompletedProcess[str]:
-    args = [
-        sys.executable, "-m", "streamplane.cli", "control-plane", "serve", "--db", db_url,
-        "--port", str(port), "--token", "serve-test-token", "--no-import-local", "--no-health",
-    ]  # fmt: skip
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120)
-
-
-def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("error: "), lines
-    return lines[0]
 
 
 @pytest.fixture
@@ -62,13 +44,13 @@ def busy_port() -> Iterator[int]:
 
 
 def test_a_database_in_an_unwritable_directory_is_one_error_line(tmp_path: Path) -> None:
-    line = _one_error_line(_serve(tmp_path, f"sqlite:///{UNWRITABLE_DIR}/cp.db"))
+    line = one_error_line(serve(tmp_path, f"sqlite:///{UNWRITABLE_DIR}/cp.db"))
     assert f"cannot create {UNWRITABLE_DIR}/cp.db.lock (Permission denied)" in line
     assert f"make {UNWRITABLE_DIR} writable, or give a SQLite file in a writable directory" in line
 
 
 def test_a_database_directory_that_cannot_be_made_is_one_error_line(tmp_path: Path) -> None:
-    line = _one_error_line(_serve(tmp_path, f"sqlite:///{UNWRITABLE_DIR}/streamplane/cp.db"))
+    line = one_error_line(serve(tmp_path, f"sqlite:///{UNWRITABLE_DIR}/streamplane/cp.db"))
     assert f"cannot create {UNWRITABLE_DIR}/streamplane (" in line
     assert f"make {UNWRITABLE_DIR} writable" in line
 
@@ -89,7 +71,7 @@ def test_a_read_only_file_system_names_the_lock_file_and_what_to_do(
 
 def test_a_port_in_use_leaves_no_lock_file_nor_database(tmp_path: Path, busy_port: int) -> None:
     db_dir = tmp_path / "state"
-    line = _one_error_line(_serve(tmp_path, f"sqlite:///{db_dir}/cp.db", busy_port))
+    line = one_error_line(serve(tmp_path, f"sqlite:///{db_dir}/cp.db", busy_port))
     assert f"port {busy_port} on 127.0.0.1 is already in use" in line
     assert sorted(p.name for p in db_dir.iterdir()) == []
 
