@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from streamplane.cli.connection import (
 )
 from streamplane.cli.local import data_dir_option
 from streamplane.cli.output import table
-from streamplane.client.control_plane import ControlPlaneClient
+from streamplane.client.control_plane import ControlPlaneClient, same_bootstrap
 from streamplane.exceptions import Conflict
 
 TAG_HELP = "A tag KEY=VALUE (repeatable)."
@@ -41,13 +42,41 @@ def health_cell(health: dict[str, Any] | None) -> str:
     return f"{state}: {error}" if error and state != "ok" else state
 
 
+def kafka_id_cell(cluster: dict[str, Any]) -> str:
+    """The Kafka cluster id the name stands for; ``-`` while not known (not learnt yet)."""
+    return cluster.get("kafka_cluster_id") or "-"
+
+
 def clusters_table(rows: list[dict[str, Any]]) -> str:
     return table(
-        ["cluster", "bootstrap", "health", "tags"],
+        ["cluster", "bootstrap", "kafka cluster id", "health", "tags"],
         [
-            [c["name"], c["bootstrap"], health_cell(c.get("health")), format_tags(c["tags"])]
+            [
+                c["name"],
+                c["bootstrap"],
+                kafka_id_cell(c),
+                health_cell(c.get("health")),
+                format_tags(c["tags"]),
+            ]
             for c in rows
         ],
+    )
+
+
+def describe_text(doc: dict[str, Any]) -> str:
+    health = doc.get("health") or {}
+    since = f" (since {health['since']})" if health.get("since") else ""
+    return "\n".join(
+        [
+            f"cluster          {doc['name']}",
+            f"bootstrap        {doc['bootstrap']}",
+            f"kafka cluster id {kafka_id_cell(doc)}"
+            + ("" if doc.get("kafka_cluster_id") else "  (not known yet: learnt when it answers)"),
+            f"health           {health_cell(health)}{since}",
+            f"tags             {format_tags(doc['tags'])}",
+            f"registered       {doc['created_at']}",
+            f"updated          {doc['updated_at']}",
+        ]
     )
 
 
@@ -63,6 +92,20 @@ def list_(tags: tuple[str, ...], as_json: bool, url: str, token: str | None) -> 
         echo_json(rows)
     else:
         click.echo(clusters_table(rows))
+
+
+@clusters.command("describe")
+@click.argument("name")
+@json_option
+@connection_options
+def describe(name: str, as_json: bool, url: str, token: str | None) -> None:
+    """One cluster: bootstrap, Kafka cluster id, health, tags."""
+    with connect(url, token) as cp:
+        doc = cp.get_cluster(name)
+    if as_json:
+        echo_json(doc)
+    else:
+        click.echo(describe_text(doc))
 
 
 @clusters.command("add")
@@ -166,30 +209,79 @@ def remove(name: str, url: str, token: str | None) -> None:
     click.echo(f"removed {name}")
 
 
-def import_local_clusters(cp: ControlPlaneClient, data_dir: Path) -> list[dict[str, Any]]:
-    """Register (or refresh the bootstrap of) every cluster of the local fleet, env=local."""
-    out = []
+@dataclass(frozen=True)
+class LocalImport:
+    """What `clusters import-local` did: the clusters registered or refreshed, and one
+    line per cluster it refused to re-point."""
+
+    clusters: list[dict[str, Any]]
+    refused: list[str]
+
+
+def import_local_clusters(
+    cp: ControlPlaneClient, data_dir: Path, force: bool = False
+) -> LocalImport:
+    """Register (env=local) or refresh the bootstrap of every cluster of the local fleet
+    (its tags are kept), as `control-plane serve --import-local` does: a new name is
+    registered even if it does not answer (the descriptor is the truth about local
+    clusters: one may be down), and a registered one is moved to the descriptor's
+    bootstrap even if that is another Kafka cluster (`local up` after `local down
+    --purge` makes new ones, maybe at new ports) unless streams have segments on it
+    (the server's ``protect_segments``): that one is left as it is, named in
+    ``refused``, and the others are imported. An unchanged bootstrap keeps its recorded
+    Kafka cluster id. ``force`` moves every cluster, segments or not, and records the
+    Kafka cluster answering at each bootstrap now (what this command did before)."""
+    imported: list[dict[str, Any]] = []
+    refused: list[str] = []
     for name, bootstrap in local_fleet_clusters(data_dir):
         try:
-            # Forced: the descriptor is the truth about local clusters (one may be down).
-            out.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS, force=True))
+            imported.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS, force=True))
+            continue
         except Conflict:
-            tags = {**LOCAL_TAGS, **cp.get_cluster(name)["tags"]}  # the user's win
-            # The descriptor is the truth about local clusters: a `local up` after a
-            # `local down --purge` is a new Kafka cluster (new id), maybe at new ports.
-            out.append(cp.update_cluster(name, bootstrap, tags, force=True))
-    return out
+            current = cp.get_cluster(name)
+        tags = {**LOCAL_TAGS, **current["tags"]}  # the user's win
+        unchanged = same_bootstrap(current["bootstrap"], bootstrap)
+        moved = None if unchanged and not force else bootstrap
+        try:
+            imported.append(
+                cp.update_cluster(name, moved, tags, force=True, protect_segments=not force)
+            )
+        except Conflict as exc:
+            if force:
+                raise
+            refused.append(
+                f"{exc}; to re-point it anyway: `streamplane clusters update {name} "
+                f"--bootstrap {bootstrap} --force` (or `clusters import-local --force`)"
+            )
+    return LocalImport(imported, refused)
 
 
 @clusters.command("import-local")
 @data_dir_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Re-point every registered cluster to the fleet's bootstrap, even one with "
+    "segments of streams on it whose new address is another Kafka cluster (or does not "
+    "answer), and record the Kafka cluster answering there now.",
+)
 @json_option
 @connection_options
-def import_local(data_dir: Path, as_json: bool, url: str, token: str | None) -> None:
-    """Register the clusters of the local fleet (`streamplane local up`), tagged env=local."""
+def import_local(data_dir: Path, force: bool, as_json: bool, url: str, token: str | None) -> None:
+    """Register the clusters of the local fleet (`streamplane local up`), tagged env=local,
+    or move registered ones to the fleet's bootstrap. A cluster with segments of streams
+    on it is not moved to another Kafka cluster unless --force: it is named on stderr,
+    the others are imported, and the exit code is 1."""
     with connect(url, token) as cp:
-        rows = import_local_clusters(cp, data_dir)
+        done = import_local_clusters(cp, data_dir, force)
     if as_json:
-        echo_json(rows)
+        echo_json(done.clusters)
     else:
-        click.echo(clusters_table(rows))
+        click.echo(clusters_table(done.clusters))
+    for line in done.refused:
+        click.echo(f"refused: {line}", err=True)
+    if done.refused:
+        raise Conflict(
+            f"{len(done.refused)} local cluster(s) not re-pointed (see above); the others "
+            "were imported"
+        )

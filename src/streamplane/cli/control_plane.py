@@ -21,6 +21,7 @@ from streamplane.cli.connection import (
 )
 from streamplane.cli.local import data_dir_option
 from streamplane.cli.output import progress
+from streamplane.controlplane.body_limit import DEFAULT_MAX_BODY_BYTES
 from streamplane.exceptions import ConfigError, Conflict
 from streamplane.local.fleet import descriptor_path
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DB_URL = f"sqlite:///{STATE_DIR / 'control-plane.db'}"
 DEFAULT_PORT = 8470
+MIB = 1024 * 1024
 
 
 @click.group("control-plane")
@@ -45,6 +47,7 @@ _OPTION_OF = {
     "api_token": "--token",
     "previous_api_tokens": "--previous-token",
     "lease_ttl_s": "--lease-ttl",
+    "max_body_bytes": "--max-body-mb",
     "failover.advertise_url": "--advertise-url",
     "failover.leader_lease": "--leader-lease",
     "failover.health_threshold": "--health-threshold",
@@ -137,6 +140,15 @@ _OPTION_OF = {
     help="Assigner: a member's work units are leased this many seconds past its heartbeat.",
 )
 @click.option(
+    "--max-body-mb",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BODY_BYTES // MIB,
+    show_default=True,
+    help="The largest request body accepted, in MiB (1024 x 1024 bytes): a larger one is "
+    "answered 413 unread. An Assigner heartbeat of a member holding 20,000 units is about "
+    "5 MB.",
+)
+@click.option(
     "--advertise-url",
     envvar="STREAMPLANE_ADVERTISE_URL",
     default=None,
@@ -192,6 +204,7 @@ def serve(
     seal_grace: float,
     sealing: bool,
     lease_ttl: float,
+    max_body_mb: int,
     advertise_url: str | None,
     leader_lease: float,
     reader_retention: float,
@@ -238,6 +251,7 @@ def serve(
             previous_api_tokens=previous_tokens,
             failover=failover,
             lease_ttl_s=lease_ttl,
+            max_body_bytes=max_body_mb * MIB,
             lag_snapshot_dir=None if lag_snapshot_dir is None else str(lag_snapshot_dir),
         )
     except ValidationError as exc:

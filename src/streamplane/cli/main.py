@@ -10,6 +10,7 @@ from streamplane import __version__
 from streamplane.cli.clusters import clusters
 from streamplane.cli.control_plane import control_plane
 from streamplane.cli.dlq import dlq
+from streamplane.cli.groups import groups
 from streamplane.cli.lag import lag
 from streamplane.cli.local import local
 from streamplane.cli.ops import ops
@@ -30,6 +31,7 @@ cli.add_command(run)
 cli.add_command(control_plane)
 cli.add_command(clusters)
 cli.add_command(streams)
+cli.add_command(groups)
 cli.add_command(dlq)
 cli.add_command(lag)
 cli.add_command(pipeline)

@@ -145,7 +145,7 @@ class ControlPlaneClient:
                 exc,
                 lambda: self.get_cluster(name),
                 lambda doc: (
-                    _same_bootstrap(doc.get("bootstrap"), bootstrap)
+                    same_bootstrap(doc.get("bootstrap"), bootstrap)
                     and doc.get("tags") == dict(tags or {})
                 ),
             )
@@ -160,15 +160,20 @@ class ControlPlaneClient:
         bootstrap: str | None = None,
         tags: Mapping[str, str] | None = None,
         force: bool = False,
+        protect_segments: bool = False,
     ) -> dict[str, Any]:
         """Change the bootstrap and/or replace the tags (``None`` leaves them as they are).
-        A new bootstrap must answer and be the same Kafka cluster, unless ``force``."""
+        A new bootstrap must answer and be the same Kafka cluster, unless ``force``; with
+        ``protect_segments`` too, a forced move to another (or a silent) Kafka cluster is
+        refused all the same (``Conflict``) while streams have segments on the cluster."""
         body: dict[str, Any] = {}
         if bootstrap is not None:
             body["bootstrap"] = bootstrap
         if tags is not None:
             body["tags"] = dict(tags)
-        params = {"force": "true"} if force else None
+        params = {"force": "true"} if force else {}
+        if protect_segments:
+            params["protect_segments"] = "true"
         return self._json(  # type: ignore[no-any-return]
             "PATCH", f"/v1/clusters/{_seg(name)}", json=body, params=params, retry="any"
         )
@@ -388,8 +393,17 @@ class ControlPlaneClient:
         self._json("DELETE", f"/v1/groups/{_seg(group)}/members/{_seg(member_id)}", timeout=timeout)
 
     def describe_group(self, group: str) -> dict[str, Any]:
-        """Members with their units and leases, the generation."""
+        """A group as the Assigner holds it: ``members`` (``member_id``, ``units``,
+        ``releasing``, ``lease_s`` left, ``cpu``, ``records_per_s``), ``pending_release``
+        (``unit``, ``holder``, ``target``, ``deadline_s``), ``unowned`` units, ``units``,
+        ``generation``, ``recovering``; units are ``"cluster/topic/partition"``.
+        ``NotFound`` for a group no member heartbeated to."""
         return self._json("GET", f"/v1/groups/{_seg(group)}/members")  # type: ignore[no-any-return]
+
+    def assigner_groups(self) -> list[dict[str, Any]]:
+        """Every group the Assigner knows: ``group``, ``stream``, ``lanes``, ``members``,
+        ``units``, ``unowned`` (counts), ``generation``, ``recovering``."""
+        return self._json("GET", "/v1/assigner/groups")  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ failover protocol
     def producer_heartbeat(self, stream: str, producer_id: str, epoch: int) -> dict[str, Any]:
@@ -700,7 +714,10 @@ def _gone_is_done(exc: ControlPlaneError) -> Any:
     raise exc
 
 
-def _same_bootstrap(registered: Any, asked: str) -> bool:
+def same_bootstrap(registered: Any, asked: str) -> bool:
+    """``registered`` (a cluster document's bootstrap) names the brokers of ``asked``, in
+    any order."""
+
     def norm(b: str) -> list[str]:
         return sorted(p.strip() for p in b.split(",") if p.strip())
 

@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from streamplane import __version__
 from streamplane.controlplane.assigner import AssignerService
 from streamplane.controlplane.auth import Actor, TokenCheck, require_token
-from streamplane.controlplane.body_limit import BodyLimitMiddleware
+from streamplane.controlplane.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
 from streamplane.controlplane.failover_api import failover_router
 from streamplane.controlplane.failover_runtime import FailoverRuntime, FailoverSettings
 from streamplane.controlplane.groups_api import groups_router
@@ -98,6 +98,11 @@ class ControlPlaneSettings(BaseModel):
     )
     lease_ttl_s: float = Field(
         default=1.5, gt=0, le=60, description="Assigner: a lease lasts this long after a heartbeat."
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES,
+        gt=0,
+        description="The largest request body accepted (413 above it, unread).",
     )
 
     @field_validator("api_token")
@@ -294,7 +299,8 @@ def create_app(
         lambda: failover_rt.is_leader, failover_rt.leader_url, failover_rt.replica
     )
     app.middleware("http")(leader_proxy)
-    app.add_middleware(BodyLimitMiddleware)  # outermost: before the proxy, the token
+    # outermost: before the proxy, the token
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.include_router(failover_router(failover_rt, require_token))
 
     # ------------------------------------------------------------------ health
@@ -369,8 +375,18 @@ def create_app(
                 "another name."
             ),
         ] = False,
+        protect_segments: Annotated[
+            bool,
+            Query(
+                description="With force: refuse (409) all the same to move the cluster to "
+                "a bootstrap that is not (or cannot be told to be: it does not answer) its "
+                "Kafka cluster while streams have segments on it."
+            ),
+        ] = False,
     ) -> ClusterOut:
-        updated = svc.update_cluster(name, body.bootstrap, body.tags, actor, force=force)
+        updated = svc.update_cluster(
+            name, body.bootstrap, body.tags, actor, force=force, protect_segments=protect_segments
+        )
         return ClusterOut.of(updated, failover_rt.health_records().get(name))
 
     @app.delete(

@@ -166,36 +166,63 @@ class AssignerService:
                     group.state = core.leave(group.state, member_id)
 
     def describe(self, group_id: str) -> dict[str, object]:
-        """Members, their units and leases (seconds left), the generation."""
+        """Members (their units, those they must release, lease seconds left, CPU and
+        records/s), the units pending release with their next holder, the units no
+        member holds, the generation. KeyError for a group no member heartbeated to."""
         now = self._clock()
         with self._lock:
             group = self._groups.get(group_id)
             if group is None:
                 raise KeyError(group_id)
-            state = group.state
-            if state is not None:
-                state = group.state = core.expire(state, now)
-            members = []
-            if state is not None:
-                for m in state.members.values():
-                    members.append(
-                        {
-                            "member_id": m.member_id,
-                            "units": sorted(_unit_json(u) for u in m.active),
-                            "releasing": sorted(_unit_json(u) for u in m.releasing),
-                            "lease_s": round(max(0.0, m.lease_expiry - now), 3),
-                            "cpu": m.load.cpu,
-                            "records_per_s": m.load.records_per_s,
-                        }
-                    )
-            return {
-                "group": group_id,
-                "stream": group.stream,
-                "lanes": list(group.lanes),
-                "generation": state.generation if state is not None else 0,
-                "recovering": state is None,
-                "members": members,
-            }
+            return self._describe(group_id, group, now)
+
+    def describe_all(self) -> list[dict[str, object]]:
+        """``describe`` of every group, by name."""
+        now = self._clock()
+        with self._lock:
+            return [self._describe(g, self._groups[g], now) for g in sorted(self._groups)]
+
+    def _describe(self, group_id: str, group: _Group, now: float) -> dict[str, object]:
+        state = group.state
+        if state is not None:
+            state = group.state = core.expire(state, now)
+        members = []
+        pending = []
+        unowned: list[str] = []
+        if state is not None:
+            for m in state.members.values():
+                members.append(
+                    {
+                        "member_id": m.member_id,
+                        "units": sorted(_unit_json(u) for u in m.active),
+                        "releasing": sorted(_unit_json(u) for u in m.releasing),
+                        "lease_s": round(max(0.0, m.lease_expiry - now), 3),
+                        "cpu": m.load.cpu,
+                        "records_per_s": m.load.records_per_s,
+                    }
+                )
+            for unit, release in state.pending.items():
+                pending.append(
+                    {
+                        "unit": _unit_json(unit),
+                        "holder": release.holder,
+                        "target": release.target,
+                        "deadline_s": round(max(0.0, release.deadline - now), 3),
+                    }
+                )
+            pending.sort(key=lambda p: str(p["unit"]))
+            unowned = sorted(_unit_json(u) for u in state.work_units if u not in state.owners)
+        return {
+            "group": group_id,
+            "stream": group.stream,
+            "lanes": list(group.lanes),
+            "generation": state.generation if state is not None else 0,
+            "recovering": state is None,
+            "units": len(state.work_units) if state is not None else 0,
+            "members": members,
+            "pending_release": pending,
+            "unowned": unowned,
+        }
 
     def groups(self) -> list[str]:
         with self._lock:

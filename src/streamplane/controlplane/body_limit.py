@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # a member holding every unit of a large stream (about 120 bytes per unit, listed in
 # `units` and again in `claims`: 20,000 units are about 5 MB), a segment transition
 # with 10,000 sealed_end_offsets (about 300 KB), a cluster with 64 tags of 255
-# characters (about 20 KB).
+# characters (about 20 KB). `control-plane serve --max-body-mb` sets another
+# (``ControlPlaneSettings.max_body_bytes``).
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 

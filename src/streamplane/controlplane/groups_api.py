@@ -1,4 +1,4 @@
-"""HTTP API of the Assigner: heartbeats, leaving, describing a group."""
+"""HTTP API of the Assigner: heartbeats, leaving, describing a group, listing the groups."""
 
 from __future__ import annotations
 
@@ -54,6 +54,67 @@ class HeartbeatOut(BaseModel):
     # The member was admitted by this heartbeat: it was new, or its lease had expired and
     # it lost its units (any unit listed may have had another holder since).
     joined: bool = False
+
+
+UNIT_FORMAT = "cluster/topic/partition"
+
+
+class GroupMemberOut(BaseModel):
+    member_id: str
+    units: list[str] = Field(description=f"The units it may process ({UNIT_FORMAT}).")
+    releasing: list[str] = Field(description="Units it holds and was told to release.")
+    lease_s: float = Field(description="Seconds until its lease ends.")
+    cpu: float = Field(description="Share of its CPU in use (0..1), as it last reported.")
+    records_per_s: float = Field(description="Over all its units, as it last reported.")
+
+
+class PendingReleaseOut(BaseModel):
+    unit: str = Field(description=UNIT_FORMAT)
+    holder: str = Field(description="The member that must let it go.")
+    target: str | None = Field(
+        description="The member it goes to next; null: none yet (or it left the routing)."
+    )
+    deadline_s: float = Field(
+        description="Seconds until the holder's last lease listing it ends (then it moves)."
+    )
+
+
+class GroupOut(BaseModel):
+    group: str
+    stream: str
+    lanes: list[str]
+    generation: int
+    recovering: bool = Field(
+        description="The Assigner has just started or become the leader: it answers each "
+        "member with the units it claims, and balances once it has heard them all."
+    )
+    units: int = Field(
+        description="Work units (partitions of the lanes' readable segments), as of the "
+        "group's last heartbeat."
+    )
+    members: list[GroupMemberOut]
+    pending_release: list[PendingReleaseOut]
+    unowned: list[str] = Field(description=f"Units no member holds ({UNIT_FORMAT}).")
+
+
+class GroupSummaryOut(BaseModel):
+    group: str
+    stream: str
+    lanes: list[str]
+    generation: int
+    recovering: bool
+    members: int = Field(description="Members holding a lease.")
+    units: int
+    unowned: int
+
+    @classmethod
+    def of(cls, doc: GroupOut) -> GroupSummaryOut:
+        return cls(
+            **doc.model_dump(include={"group", "stream", "lanes", "generation", "recovering"}),
+            members=len(doc.members),
+            units=doc.units,
+            unowned=len(doc.unowned),
+        )
 
 
 def groups_router(
@@ -125,14 +186,32 @@ def groups_router(
 
     @router.get(
         "/v1/groups/{group}/members",
+        response_model=GroupOut,
         dependencies=[Depends(leader_only)],
         responses=errors(404, 422, 503),
     )
-    def describe(group: str) -> dict[str, object]:
+    def describe(group: str) -> GroupOut:
         try:
-            return assigner.describe(group)
+            return GroupOut.model_validate(assigner.describe(group))
         except KeyError:
-            raise HTTPException(404, f"unknown group {group!r}") from None
+            known = ", ".join(assigner.groups()) or "none"
+            raise HTTPException(
+                404,
+                f"unknown group {group!r}: no member of it has heartbeated to the Assigner "
+                f"(known: {known})",
+            ) from None
+
+    @router.get(
+        "/v1/assigner/groups",
+        response_model=list[GroupSummaryOut],
+        dependencies=[Depends(leader_only)],
+        responses=errors(503),
+        description="Every group the Assigner knows (a member heartbeated to it since it "
+        "started or became the leader): members, units, generation. `GET /v1/groups` "
+        "lists the groups with committed offsets and their lag (the lag monitor).",
+    )
+    def list_groups() -> list[GroupSummaryOut]:
+        return [GroupSummaryOut.of(GroupOut.model_validate(doc)) for doc in assigner.describe_all()]
 
     return router
 

@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse
 log = logging.getLogger(__name__)
 
 FORWARDED_BY = "X-Streamplane-Forwarded-By"
-# The Assigner's routes: heartbeat, leave, a group's members.
-_ASSIGNER_ROUTE = re.compile(r"^/v1/groups/[^/]+/(heartbeat|members(/[^/]+)?)$")
+# The Assigner's routes: heartbeat, leave, a group's members, the groups it knows.
+_ASSIGNER_ROUTE = re.compile(r"^/v1/(groups/[^/]+/(heartbeat|members(/[^/]+)?)|assigner/groups)$")
 # Headers the leader needs: the token, the audit actor, the body's type.
 _PASSED = ("authorization", "x-streamplane-actor", "content-type")
 _TIMEOUT_S = 5.0

@@ -126,6 +126,11 @@ class ClusterOut(BaseModel):
     name: str
     bootstrap: str
     tags: dict[str, str]
+    kafka_cluster_id: str | None = Field(
+        description="The Kafka cluster the name stands for (its cluster id), as it answered "
+        "at registration or at the last bootstrap change; null while not known yet (it "
+        "did not answer then: recorded the first time it does)."
+    )
     created_at: datetime
     updated_at: datetime
     health: ClusterHealthOut = Field(default_factory=ClusterHealthOut)
@@ -136,6 +141,7 @@ class ClusterOut(BaseModel):
             name=c.name,
             bootstrap=c.bootstrap,
             tags=dict(c.tags),
+            kafka_cluster_id=c.kafka_cluster_id,
             created_at=c.created_at,
             updated_at=c.updated_at,
             health=ClusterHealthOut.of(health),

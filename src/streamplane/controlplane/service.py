@@ -356,12 +356,16 @@ class ControlPlaneService:
         tags: Mapping[str, str] | None = None,
         actor: str = "api",
         force: bool = False,
+        protect_segments: bool = False,
     ) -> ClusterRecord:
         """Change a cluster's bootstrap and/or replace its tags. A new bootstrap must
         answer and be the same Kafka cluster (by cluster id: the recorded one, else the
         one the registered bootstrap answers with, if it does), unless ``force``: a
         typo made the cluster look down, and the health checks failed every stream
-        over away from it within seconds.
+        over away from it within seconds. With ``protect_segments`` too, a forced move
+        is refused all the same (Conflict, 409) when ``repoint_refusal`` refuses it:
+        streams have segments on the cluster and the new bootstrap is not (or cannot be
+        told to be) its Kafka cluster (what `clusters import-local` asks).
 
         The Kafka cluster id the bootstrap answers with is recorded with it (the
         cluster the name stands for from now on); a forced bootstrap that does not
@@ -374,6 +378,10 @@ class ControlPlaneService:
         tags = None if tags is None else validate_tags(tags)
         kafka_id: str | None = None
         if bootstrap is not None:
+            if protect_segments:
+                refusal = self.repoint_refusal(name, bootstrap)
+                if refusal is not None:
+                    raise Conflict(refusal)
             current = self.store.get_cluster(name)
             if force:
                 kafka_id = _id_if_answering(self._probe_admin(bootstrap), self._check_timeout)

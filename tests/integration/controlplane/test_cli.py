@@ -1,4 +1,5 @@
-"""`streamplane streams|clusters ...` through the subprocess CLI against the live control plane."""
+"""`streamplane streams|clusters|groups ...` through the subprocess CLI against the live
+control plane."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.control_plane_process import ControlPlaneProcess, free_port
-from streamplane.local.fleet import FleetDescriptor
+from streamplane.local.fleet import FleetDescriptor, descriptor_path
 from tests.waiting import wait_for
 
 CLI = [sys.executable, "-m", "streamplane.cli"]
@@ -45,8 +49,9 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
 def test_help_on_every_command() -> None:
     groups = {
         "control-plane": ["serve"],
-        "clusters": ["list", "add", "update", "remove", "import-local"],
+        "clusters": ["list", "describe", "add", "update", "remove", "import-local"],
         "streams": ["create", "list", "describe", "delete", "failover", "transition"],
+        "groups": ["list", "describe"],
     }
     for group, commands in groups.items():
         for args in ([group, "--help"], *([group, c, "--help"] for c in commands)):
@@ -158,6 +163,93 @@ def test_clusters_commands(control_plane: ControlPlaneProcess, fleet: FleetDescr
     assert {r["name"]: r["bootstrap"] for r in rows} == {
         c.name: c.bootstrap for c in fleet.clusters.values()
     }
+    # each shows the Kafka cluster it stands for, as the brokers answer
+    doc = json.loads(ok(run_cli(control_plane, "clusters", "describe", "local-a", "--json")))
+    assert doc["kafka_cluster_id"] == fleet.cluster("local-a").cluster_id
+    listed = ok(run_cli(control_plane, "clusters", "list"))
+    assert fleet.cluster("local-b").cluster_id in listed
+
+
+def test_import_local_does_not_repoint_a_cluster_with_segments(
+    fleet: FleetDescriptor, tmp_path: Path
+) -> None:
+    """A descriptor naming another Kafka cluster local-a (local-b's brokers, as a new
+    fleet would be) does not move local-a while a stream has segments there, unless
+    --force. Its own control plane: a wrong move must not reach the session's."""
+    a, b = fleet.cluster("local-a"), fleet.cluster("local-b")
+    elsewhere = tmp_path / "new-fleet"
+    elsewhere.mkdir()
+    clusters = {**fleet.clusters, "local-a": b.model_copy(update={"name": "local-a"})}
+    fleet.model_copy(update={"clusters": clusters}).save(descriptor_path(elsewhere))
+    cp = ControlPlaneProcess(tmp_path / "cp", extra_args=["--no-health"])
+    cp.start()
+    stream = f"imp-{uuid.uuid4().hex[:8]}"
+    topics: set[str] = set()
+    try:
+        with cp.client() as client:
+            for cluster in (a, b):
+                client.register_cluster(cluster.name, cluster.bootstrap, {"env": "local"})
+            topics |= {s.topic for s in client.create_stream(stream, "local-a").segments}
+            refused = run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere))
+            assert refused.returncode == 1
+            assert refused.stderr.splitlines() == [
+                f"refused: cluster 'local-a' not re-pointed from {a.bootstrap} to "
+                f"{b.bootstrap}: {b.bootstrap} is another Kafka cluster (id {b.cluster_id}; "
+                f"registered: {a.cluster_id}), and the registry holds segments of streams "
+                f"{stream} there; to re-point it anyway: `streamplane clusters update "
+                f"local-a --bootstrap {b.bootstrap} --force` (or `clusters import-local "
+                "--force`)",
+                "error: 1 local cluster(s) not re-pointed (see above); the others were imported",
+            ]
+            assert client.get_cluster("local-a")["kafka_cluster_id"] == a.cluster_id
+            ok(run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere), "--force"))
+            moved = client.get_cluster("local-a")
+            assert (moved["bootstrap"], moved["kafka_cluster_id"]) == (b.bootstrap, b.cluster_id)
+            client.delete_stream(stream, delete_topics=False)  # they are on a's brokers
+    finally:
+        cp.stop()
+        KafkaAdmin(a.bootstrap).delete_topics(sorted(topics))
+
+
+def test_groups_commands(
+    control_plane: ControlPlaneProcess, stream_factory: Callable[..., str]
+) -> None:
+    stream = stream_factory("local-a", partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    stop = threading.Event()
+    units: list[int] = []
+
+    def member() -> None:  # heartbeats well within its lease while the commands run
+        held: list[dict[str, Any]] = []  # claimed, as a consumer does
+        with control_plane.client() as client:
+            while not stop.is_set():
+                answer = client.group_heartbeat(
+                    group, "m1", stream, ["realtime", "bulk"], cpu=0.2, records_per_s=50.0,
+                    claims=held,
+                )  # fmt: skip
+                held = answer["work_units"]
+                units.append(len(held))
+                stop.wait(0.3)
+
+    beating = threading.Thread(target=member, daemon=True)
+    beating.start()
+    try:
+        # past the Assigner's recovery window (it answers claims then): all 4 units
+        wait_for("m1 holds every unit", lambda: units and units[-1] == 4, timeout=30)
+        rows = json.loads(ok(run_cli(control_plane, "groups", "list", "--json")))
+        [mine] = [r for r in rows if r["group"] == group]
+        assert (mine["stream"], mine["members"], mine["units"], mine["unowned"]) == (
+            stream, 1, 4, 0,
+        )  # fmt: skip
+        out = ok(run_cli(control_plane, "groups", "describe", group))
+        [m1] = [line.split() for line in out.splitlines() if line.startswith("m1 ")]
+        assert m1[1:3] == ["20%", "50.0"] and m1[4:6] == ["4", "0"]
+        assert f"sp.{stream}.realtime.e1 0-1" in out
+    finally:
+        stop.set()
+        beating.join(10)
+    err = one_error_line(run_cli(control_plane, "groups", "describe", f"{group}-x"))
+    assert err.startswith(f"error: unknown group '{group}-x': no member of it has heartbeated")
 
 
 def test_cli_errors_are_one_line(control_plane: ControlPlaneProcess, tmp_path: Path) -> None:

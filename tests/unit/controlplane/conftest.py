@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from fastapi import FastAPI
 
+from streamplane.cli.main import main
+from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.cluster_io import TopicDescription
 from streamplane.controlplane.service import ControlPlaneService
@@ -157,3 +162,39 @@ def create_stream(http: TestClient, name: str = "orders", **extra: object) -> di
     assert resp.status_code == 201, resp.text
     body: dict[str, object] = resp.json()
     return body
+
+
+# ``run(*args) -> (exit code, stdout, stderr)``: see ``cli_over``.
+CliRun = Callable[..., tuple[int, str, str]]
+
+
+def cli_over(
+    http: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *modules: ModuleType,
+) -> CliRun:
+    """``streamplane *args`` as a user runs it (``main``: an error is one line and exit
+    code 1), the commands of the CLI ``modules`` talking to the app behind ``http``."""
+
+    @contextmanager
+    def connect(url: str, token: str | None) -> Iterator[ControlPlaneClient]:
+        with ControlPlaneClient("http://testserver", TOKEN) as cp:
+            # A TestClient is an httpx.Client: this one sends the client's headers (its
+            # token) to the app (whose lifespan ``http`` runs).
+            own, cp._http = cp._http, TestClient(http.app, headers=dict(cp._http.headers))
+            own.close()
+            yield cp
+
+    for module in modules:
+        monkeypatch.setattr(module, "connect", connect)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["streamplane", *args])
+        with pytest.raises(SystemExit) as exited:
+            main()
+            raise SystemExit(0)
+        out = capsys.readouterr()
+        return int(exited.value.code or 0), out.out, out.err
+
+    return run

@@ -8,21 +8,24 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from starlette.types import Message
 
+from streamplane.controlplane.app import ControlPlaneSettings, create_app
 from streamplane.controlplane.body_limit import (
     DEFAULT_MAX_BODY_BYTES,
     BodyGuard,
     BodyLimitMiddleware,
     BodyRejected,
 )
+from streamplane.controlplane.service import ControlPlaneService
 from tests.unit.controlplane.conftest import AUTH, create_stream
-
-if TYPE_CHECKING:
-    from starlette.testclient import TestClient
 
 MiB = 1024 * 1024
 
@@ -179,3 +182,56 @@ def test_the_guard_raises_at_the_chunk_that_passes_a_limit() -> None:
     with pytest.raises(BodyRejected) as raised:
         guard.feed(b"  ")
     assert raised.value.status_code == 413
+
+
+def test_the_limit_is_a_setting(
+    settings: ControlPlaneSettings, service: ControlPlaneService
+) -> None:
+    """`serve --max-body-mb` sets it (it was the constant, whatever the deployment)."""
+    small = settings.model_copy(update={"max_body_bytes": 2 * MiB})
+    with TestClient(create_app(small, service)) as http:
+        body = {"name": "c", "bootstrap": "h:1", "tags": {"k": "v" * (3 * MiB)}}
+        resp = http.post("/v1/clusters", json=body, headers=AUTH)
+        assert resp.status_code == 413
+        assert resp.json() == {
+            "detail": "the request body is larger than 2 MiB, the control plane's limit"
+        }
+        # A body the default would refuse is served under a larger limit.
+    large = settings.model_copy(update={"max_body_bytes": 16 * MiB})
+    with TestClient(create_app(large, service)) as http:
+        body = {"name": "c", "bootstrap": "h:1", "tags": {"k": "v" * (9 * MiB)}}
+        resp = http.post("/v1/clusters", json=body, headers=AUTH)
+        assert resp.status_code == 422, resp.text  # past the limit: the schema's answer
+    for bad in (0, -1):
+        with pytest.raises(ValidationError, match="greater than 0"):
+            ControlPlaneSettings(db_url="sqlite://", api_token="x" * 8, max_body_bytes=bad)
+
+
+def test_serve_gives_the_app_its_max_body_mb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamplane.cli import control_plane as serve_module
+    from streamplane.controlplane import app as app_module
+
+    class Built(Exception):
+        """Raised by the app factory: serve's settings seen, nothing served."""
+
+    seen: list[ControlPlaneSettings] = []
+
+    def create_app_(settings: ControlPlaneSettings, service: object = None) -> None:
+        seen.append(settings)
+        raise Built
+
+    monkeypatch.setattr(app_module, "create_app", create_app_)
+    monkeypatch.setattr(serve_module, "_log_to_stderr", lambda _level: None)
+    args = [
+        "serve", "--db", f"sqlite:///{tmp_path / 'cp.db'}", "--port", "0",
+        "--token", "serve-test-token", "--no-import-local", "--no-health",
+    ]  # fmt: skip
+    for extra, limit in (([], DEFAULT_MAX_BODY_BYTES), (["--max-body-mb", "3"], 3 * MiB)):
+        result = CliRunner().invoke(serve_module.control_plane, [*args, *extra])
+        assert isinstance(result.exception, Built), result.output
+        assert seen.pop().max_body_bytes == limit
+    refused = CliRunner().invoke(serve_module.control_plane, [*args, "--max-body-mb", "0"])
+    assert refused.exit_code == 2 and not seen
+    assert "Invalid value for '--max-body-mb': 0 is not in the range x>=1." in refused.output

@@ -1,5 +1,6 @@
 """Each registered cluster's Kafka cluster id is recorded, and a cluster whose streams
-have segments on it is not moved to another Kafka cluster by `serve --import-local`.
+have segments on it is not moved to another Kafka cluster by `serve --import-local`; the
+API and the CLI show it.
 
 An exploratory run served a database left from an earlier session (its fleet long
 gone): the import moved ``local-a`` to the current fleet's, another Kafka cluster, and
@@ -10,6 +11,7 @@ which Kafka cluster a name stood for, and the old bootstrap no longer answered.
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,12 +20,13 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
+from streamplane.cli import clusters as clusters_cli
 from streamplane.cli import control_plane as cli_module
 from streamplane.controlplane import service as service_module
 from streamplane.controlplane.migrations import LATEST_VERSION, migrate
 from streamplane.controlplane.service import ControlPlaneService, StreamSpec
 from streamplane.controlplane.store import Store
-from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka
+from tests.unit.controlplane.conftest import AUTH, BOOTSTRAPS, StubKafka, cli_over
 
 NEW_FLEET_A = "127.0.0.1:29092"  # where the current fleet's local-a answers
 
@@ -50,6 +53,35 @@ def test_version_9_keeps_the_clusters_and_learns_their_ids_later(db_url: str) ->
     assert not store.record_kafka_cluster_id("old", "h:1", "id-other")  # only once
     assert store.get_cluster("old").kafka_cluster_id == "id-old"
     store.close()
+
+
+def test_the_cluster_documents_and_commands_show_the_id(
+    http: TestClient,
+    service: ControlPlaneService,
+    kafka: StubKafka,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`GET /v1/clusters[/{name}]`, `clusters list` and `clusters describe` show the
+    Kafka cluster id a name stands for (null, ``-``, while not learnt)."""
+    del kafka.cluster_ids[BOOTSTRAPS["local-b"]]  # so that nothing learns it meanwhile
+    with service.store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE clusters SET kafka_cluster_id = NULL WHERE name = 'local-b'"))
+    assert http.get("/v1/clusters/local-a").json()["kafka_cluster_id"] == "id-local-a"
+    listed = {c["name"]: c["kafka_cluster_id"] for c in http.get("/v1/clusters").json()}
+    assert listed == {"local-a": "id-local-a", "local-b": None}
+
+    run = cli_over(http, monkeypatch, capsys, clusters_cli)
+    code, out, _ = run("clusters", "list")
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert rows["local-a"][2] == "id-local-a" and rows["local-b"][2] == "-"
+    code, out, _ = run("clusters", "describe", "local-a")
+    assert code == 0 and "kafka cluster id id-local-a\n" in out
+    code, out, _ = run("clusters", "describe", "local-b", "--json")
+    assert code == 0 and json.loads(out)["kafka_cluster_id"] is None
+    code, out, err = run("clusters", "describe", "nowhere")
+    assert (code, out) == (1, "") and err.startswith("error: unknown cluster 'nowhere'")
 
 
 def test_the_id_is_recorded_at_registration(

@@ -86,7 +86,9 @@ def test_which_routes_are_the_assigners() -> None:
     assert is_assigner_route("/v1/groups/g/heartbeat")
     assert is_assigner_route("/v1/groups/g/members")
     assert is_assigner_route("/v1/groups/g/members/m-1")
-    assert not is_assigner_route("/v1/groups")
+    assert is_assigner_route("/v1/assigner/groups")  # the groups it knows
+    assert not is_assigner_route("/v1/groups")  # the lag monitor's, any replica's
+    assert not is_assigner_route("/v1/assigner/groups/g")
     assert not is_assigner_route("/v1/groups/g/lag/history")
 
 
