@@ -3,8 +3,6 @@
 The public API is what ``__all__`` lists; everything else may move.
 """
 
-from __future__ import annotations
-
 __version__ = "0.1.0"  # before the imports below: submodules read it
 
 from streamplane.client.consumer import StreamConsumer, StreamMessage

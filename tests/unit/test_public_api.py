@@ -37,3 +37,18 @@ def test_every_error_derives_from_the_root() -> None:
         obj = getattr(streamplane, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, streamplane.StreamplaneError), name
+
+
+def test_the_package_shows_only_its_api_and_its_modules() -> None:
+    """``dir(streamplane)`` lists the API, the subpackages and dunders: no stray names
+    (``annotations``, the __future__ feature, was one)."""
+    import types
+
+    stray = [
+        name
+        for name in dir(streamplane)
+        if not name.startswith("__")
+        and name not in EXPECTED
+        and not isinstance(getattr(streamplane, name), types.ModuleType)
+    ]
+    assert stray == []

@@ -191,11 +191,17 @@ def start_broker(cluster: str, broker_id: int, data_dir: Path) -> None:
 @local.command("add-broker")
 @click.argument("cluster")
 @click.option("--rack", default=None, help="The new broker's rack (broker.rack).")
+@click.option(
+    "--port",
+    type=click.IntRange(1024, 65535),
+    default=None,
+    help="Its port (default: the first free one after the fleet's ports).",
+)
 @data_dir_option
-def add_broker(cluster: str, rack: str | None, data_dir: Path) -> None:
+def add_broker(cluster: str, rack: str | None, port: int | None, data_dir: Path) -> None:
     """Start one more broker (next free id) in a running CLUSTER, empty: what `ops map
     scale --new ID` then moves partitions onto."""
-    b = LocalFleet(data_dir).add_broker(cluster, rack=rack)
+    b = LocalFleet(data_dir).add_broker(cluster, rack=rack, port=port)
     click.echo(
         f"added broker {b.node_id} to {cluster} (pid {b.pid}) at {b.address}"
         + (f", rack {rack}" if rack else "")

@@ -80,9 +80,12 @@ def run(keep: bool, records: int, rate: int, job: str, data_dir: Path) -> None:
         click.echo(status_table(fleet.status()))
     finally:
         if keep:
+            token_file = cp.state_dir / "token"
             click.echo(
-                f"left running: fleet in {data_dir}, control plane at {cp.url} "
-                f"(token in {cp.state_dir / 'token'}); stop with `streamplane local down`"
+                f"left running: fleet in {data_dir}, control plane at {cp.url} (pid {cp.pid}, "
+                f"token in {token_file}): point commands at it with `--url {cp.url} --token "
+                f'"$(cat {token_file})"`; stop both with `kill {cp.pid}; streamplane local '
+                f"down --data-dir {data_dir}`"
             )
             (cp.state_dir / "token").write_text(cp.token + "\n")
         else:

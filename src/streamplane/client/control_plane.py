@@ -781,6 +781,12 @@ def _error(resp: httpx.Response, url: str) -> ControlPlaneError:
     if status == 404:
         return NotFound(detail, status=status)
     if status in (401, 403):
+        if status == 401 and "authorization" not in request.headers:
+            # (the server's "send 'Authorization: Bearer <token>'" says the protocol)
+            detail += (
+                "; this client was given no token: ControlPlaneClient(url, token=...), "
+                "or the CLI's --token / STREAMPLANE_API_TOKEN"
+            )
         return Unauthorized(detail, status=status)
     if status == 409:
         return Conflict(detail, status=status)

@@ -59,13 +59,13 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class HeartbeatIn(_In):
+class ProducerHeartbeatIn(_In):
     epoch: Annotated[
         int, Field(ge=0, le=2**53, description="The epoch it writes with."), NOT_A_BOOLEAN
     ]
 
 
-class HeartbeatOut(BaseModel):
+class ProducerHeartbeatOut(BaseModel):
     stream: str
     producer_id: str
     epoch: int = Field(description="The epoch the producer reported.")
@@ -126,20 +126,20 @@ def failover_router(runtime: FailoverRuntime, require_token: Callable[..., str])
 
     @router.post(
         "/v1/streams/{name}/producers/{producer_id}/heartbeat",
-        response_model=HeartbeatOut,
+        response_model=ProducerHeartbeatOut,
         responses=_errors(400, 401, 403, 404, 422),
         tags=["failover"],
         description="A producer reports the routing epoch it writes with (about once a second).",
     )
     def producer_heartbeat(
-        name: StreamPath, producer_id: ProducerPath, body: HeartbeatIn, actor: Actor
-    ) -> HeartbeatOut:
+        name: StreamPath, producer_id: ProducerPath, body: ProducerHeartbeatIn, actor: Actor
+    ) -> ProducerHeartbeatOut:
         validate_stream_name(name)
         epochs = svc.store.stream_epochs([name])
         if name not in epochs:
             raise NotFound(f"unknown stream {name!r}")
         runtime.store.record_heartbeat(name, producer_id, body.epoch)
-        return HeartbeatOut(
+        return ProducerHeartbeatOut(
             stream=name, producer_id=producer_id, epoch=body.epoch, stream_epoch=epochs[name]
         )
 
@@ -193,10 +193,15 @@ def failover_router(runtime: FailoverRuntime, require_token: Callable[..., str])
             if s.cluster == body.cluster and s.state in (SegmentState.DRAINING, SegmentState.SEALED)
         ]
         if not doomed:
-            active = any(
-                s.cluster == body.cluster and s.state is SegmentState.ACTIVE for s in table.segments
-            )
-            hint = " (fail its active segments over first)" if active else ""
+            states = {s.state for s in table.segments if s.cluster == body.cluster}
+            if SegmentState.ACTIVE in states:
+                hint = " (fail its active segments over first)"
+            elif states and states <= {SegmentState.RETIRED, SegmentState.LOST}:
+                # (a failover's old segments retire once drained: the README's order of
+                # commands, failover then declare-lost, met them retired)
+                hint = " (its segments there are retired or lost already: nothing waits on them)"
+            else:
+                hint = ""
             raise ConfigError(
                 f"stream {name!r} has no draining or sealed segment on {body.cluster}{hint}"
             )

@@ -33,7 +33,7 @@ class UnitLoadIn(UnitRef):
     backlog: int = Field(default=0, ge=0)
 
 
-class HeartbeatIn(BaseModel):
+class MemberHeartbeatIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     member_id: str = Field(min_length=1, max_length=200)
@@ -46,7 +46,7 @@ class HeartbeatIn(BaseModel):
     claims: list[UnitRef] = Field(default_factory=list, max_length=100_000)
 
 
-class HeartbeatOut(BaseModel):
+class MemberHeartbeatOut(BaseModel):
     work_units: list[UnitRef]
     release: list[UnitRef]
     lease_s: float
@@ -147,11 +147,11 @@ def groups_router(
 
     @router.post(
         "/v1/groups/{group}/heartbeat",
-        response_model=HeartbeatOut,
+        response_model=MemberHeartbeatOut,
         dependencies=auth,
         responses=errors(400, 401, 403, 404, 422, 503),
     )
-    def heartbeat(group: str, body: HeartbeatIn) -> HeartbeatOut:
+    def heartbeat(group: str, body: MemberHeartbeatIn) -> MemberHeartbeatOut:
         load = MemberLoad(
             cpu=body.cpu,
             records_per_s=body.records_per_s,
@@ -167,7 +167,7 @@ def groups_router(
             claims=[u.unit() for u in body.claims],
         )
         saw_reader(body.stream, group, body.lanes)
-        return HeartbeatOut(
+        return MemberHeartbeatOut(
             work_units=[UnitRef.of(u) for u in sorted(answer.work_units, key=_key)],
             release=[UnitRef.of(u) for u in sorted(answer.release, key=_key)],
             lease_s=answer.lease_s,

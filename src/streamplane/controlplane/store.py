@@ -777,25 +777,27 @@ class Store:
 
     def delete_cluster(self, name: str, audit: AuditEntry) -> None:
         with self.engine.begin() as conn:
-            users = self._streams_on_cluster(conn, name)
-            if users:
-                raise Conflict(
-                    f"cluster {name!r} still holds segments of streams {', '.join(users)}: "
-                    "fail them over or delete them first"
-                )
+            held = self._segments_on_cluster(conn, name)
+            if held:
+                raise Conflict(_cluster_in_use(name, held))
             done = conn.execute(clusters.delete().where(clusters.c.name == name))
             if done.rowcount == 0:
                 raise NotFound(f"unknown cluster {name!r} (known: {_known_clusters(conn)})")
             _audit(conn, audit)
 
     @staticmethod
-    def _streams_on_cluster(conn: Connection, cluster: str) -> list[str]:
+    def _segments_on_cluster(conn: Connection, cluster: str) -> dict[str, list[str]]:
+        """Each stream with a segment on ``cluster`` not retired yet: its lanes there, as
+        ``lane (state)``; streams and lanes in code point order, as bytewise()."""
         rows = conn.execute(
-            sa.select(segments.c.stream).where(
+            sa.select(segments.c.stream, segments.c.lane, segments.c.state).where(
                 segments.c.cluster == cluster, segments.c.state != SegmentState.RETIRED.value
             )
         )
-        return sorted({r.stream for r in rows})  # code point order, as bytewise()
+        held: dict[str, set[str]] = {}
+        for r in rows:
+            held.setdefault(r.stream, set()).add(f"{r.lane} ({r.state})")
+        return {stream: sorted(held[stream]) for stream in sorted(held)}
 
     def streams_with_segments_on(self, cluster: str) -> list[str]:
         """The streams with a segment on ``cluster``, in any state (retired included: its
@@ -952,6 +954,18 @@ def _unique(conflict: Conflict) -> Iterator[None]:
 
 def _exists(conn: Connection, column: sa.Column[Any], value: str) -> bool:
     return conn.execute(sa.select(column).where(column == value)).first() is not None
+
+
+def _cluster_in_use(cluster: str, held: Mapping[str, list[str]]) -> str:
+    """Why ``cluster`` cannot be removed yet, and how to move what it holds off it."""
+    streams = "; ".join(f"{stream}: {', '.join(lanes)}" for stream, lanes in held.items())
+    return (
+        f"cluster {cluster!r} still holds segments ({streams}). Move them off it first: "
+        "`streamplane streams failover STREAM --to CLUSTER` moves every lane but the dlq, "
+        "`--lane dlq` moves the dlq lane; a draining segment retires once its groups have "
+        "read it, a dlq segment holding dead letters once they are replayed "
+        "(`streamplane dlq replay STREAM`). Or delete the streams"
+    )
 
 
 def _known_clusters(conn: Connection) -> str:

@@ -121,6 +121,9 @@ if the lag never decreased, else OK. Here the same questions are asked in second
 5. ``OK`` otherwise: a group that commits every second with a sawtooth of a few seconds
    of lag, or a consumer behind but catching up, stays OK.
 
+A `dlq replay` group (``routing.is_dlq_replay_group``) reads on demand: its lag is the
+dead letters not replayed yet, waiting on purpose, so it reads ERR (a rewind) or OK.
+
 ``LagStatus`` is ordered by severity (OK < WARN < STALL < STOP < ERR); an aggregate's
 status is the worst of its partitions. An aggregate's lags cover the partitions whose
 lag is known; ``unknown_offset_lag`` and ``unknown_time_lag`` count the others, so a
@@ -153,6 +156,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from streamplane.core.lag_interpolation import EndOffsetTable
+from streamplane.core.routing import is_dlq_replay_group
 from streamplane.exceptions import ConfigError
 
 __all__ = [
@@ -358,6 +362,16 @@ def _unknown_position_status(p: _Partition) -> LagStatus:
     if p.committed == _FROM_START and p.log_end.end > 0:
         return LagStatus.WARN
     return LagStatus.OK
+
+
+def _as_read_by(group: str, status: LagStatus) -> LagStatus:
+    """``status`` for ``group``: a `dlq replay` group reads on demand, its lag is the
+    dead letters not replayed yet, waiting on purpose, so the rules on time (WARN,
+    STALL, STOP) do not apply to it (every stream's replay group read STOP some minutes
+    after a dead letter came in); a rewind (ERR) still does."""
+    if status is not LagStatus.ERR and is_dlq_replay_group(group):
+        return LagStatus.OK
+    return status
 
 
 class _Totals:
@@ -786,7 +800,7 @@ class LagModel:
         stale = end is not None and log_end.stale
         age = None if end is None else max(0.0, (now_ms - log_end.observed_ms) / 1000.0)
         if position < 0:
-            status = _unknown_position_status(p)
+            status = _as_read_by(group, _unknown_position_status(p))
             return PartitionLag(
                 group, topic, partition, None, end, None, None, status, None, p.labels,
                 None, stale, age,
@@ -805,7 +819,7 @@ class LagModel:
             end,
             olag if olag >= 0 else None,
             None if tlag != tlag else tlag,
-            self._status(p, now_ms, olag, tlag),
+            _as_read_by(group, self._status(p, now_ms, olag, tlag)),
             p.commit_ms if committed is not None else None,
             p.labels,
             estimate,
@@ -853,7 +867,7 @@ class LagModel:
             if _position(p) < 0:  # unknown: counted, and maybe WARN (see _report)
                 totals.unknown_offset_lag += 1
                 totals.unknown_time_lag += 1
-                status = _unknown_position_status(p)
+                status = _as_read_by(group, _unknown_position_status(p))
                 if status > totals.status:
                     totals.status = status
                 continue
@@ -869,7 +883,7 @@ class LagModel:
                     totals.max_time_lag_s = tlag
             elif olag != 0:
                 totals.unknown_time_lag += 1
-            status = self._status(p, now_ms, olag, tlag)
+            status = _as_read_by(group, self._status(p, now_ms, olag, tlag))
             if status > totals.status:
                 totals.status = status
         return [

@@ -111,6 +111,12 @@ def dlq_replay_group(stream: str) -> str:
     return f"{LEGACY_DLQ_REPLAY_GROUP}.{stream}"
 
 
+def is_dlq_replay_group(group: str) -> bool:
+    """Whether ``group`` is a `dlq replay` group (``dlq_replay_group``, or the one all
+    streams' replays shared before): it reads on demand, not all the time."""
+    return group == LEGACY_DLQ_REPLAY_GROUP or group.startswith(LEGACY_DLQ_REPLAY_GROUP + ".")
+
+
 def physical_topic(stream: str, lane: str, epoch: int) -> str:
     return f"{TOPIC_NAMESPACE}.{stream}.{lane}.e{epoch}"
 

@@ -573,18 +573,24 @@ class LocalFleet:
             _wait_broker(new_broker, 60.0, marks)
         return new_broker
 
-    def add_broker(self, cluster: str, rack: str | None = None) -> BrokerInfo:
+    def add_broker(
+        self, cluster: str, rack: str | None = None, port: int | None = None
+    ) -> BrokerInfo:
         """Start one more broker (broker role only, next free id) in a running cluster.
 
         Its settings are copied from broker 1's file with the node id, listener, log dir
-        and rack changed; the controller quorum stays the original voters.
+        and rack changed; the controller quorum stays the original voters. It listens on
+        ``port``, by default the first free one after the fleet's (``port_after``).
         """
         desc = self.descriptor()
         info = desc.cluster(cluster)
         first = info.brokers[0]
         node_id = max(b.node_id for b in info.brokers) + 1
         taken = {p for c in desc.clusters.values() for b in c.brokers for p in _broker_ports(b)}
-        port = _allocate_ports(1, None, avoid=taken)[0]
+        if port is None:
+            port = port_after(taken, ephemeral_port_range(), _port_free)
+        elif port in taken or not _port_free(port):
+            raise ConfigError(f"broker {node_id} of {cluster} cannot listen: {_port_in_use(port)}")
         bdir = Path(first.config_file).parent.parent / f"broker-{node_id}"
         broker = broker_in(bdir, node_id, port, 0, rack)
         write_broker_only_files(broker, first)
@@ -817,6 +823,22 @@ def _allocate_ports(count: int, base_port: int | None, avoid: Collection[int] = 
                 raise ConfigError(f"port {p} on {HOST} is already in use (--base-port {base_port})")
         return ports
     return free_ports(count, avoid)
+
+
+def port_after(
+    taken: Collection[int], ephemeral: tuple[int, int], is_free: Callable[[int], bool]
+) -> int:
+    """The first free port after the fleet's own ports (``taken``), outside ``ephemeral``:
+    a broker added to a fleet started with ``--base-port`` stays next to its ports (it
+    took any free port, far from them). Failing that (the fleet's last port is at the
+    ephemeral range or the top), any free port, as ``free_ports`` chooses."""
+    start = max(taken, default=PORT_SEARCH_FLOOR - 1) + 1
+    low, high = ephemeral
+    end = low if start < low else 65536
+    for port in range(max(start, high + 1) if low <= start <= high else start, end):
+        if port not in taken and is_free(port):
+            return port
+    return choose_ports(1, ephemeral, is_free, avoid=taken)[0]
 
 
 def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:

@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +147,11 @@ class TelemetryConfig:
         return opts
 
 
-def ensure_tables(spark: Any, warehouse: Path) -> None:
+def ensure_tables(spark: Any, warehouse: str | PathLike[str]) -> None:
     """Create the Delta tables (empty) that do not exist yet, and add the columns a
     table written by an older streamplane lacks (e.g. ``batches.app_id``): an existing
     warehouse keeps working after an upgrade."""
+    warehouse = Path(warehouse)
     for name in TABLES:
         path = str(warehouse / name)
         wanted = spark.createDataFrame([], _SCHEMAS[name]).schema
@@ -804,8 +806,9 @@ def _minute_ms(ts: Any) -> int:
 
 
 # --------------------------------------------------------------------------- reading
-def rollup_views(spark: Any, warehouse: Path) -> dict[str, Any]:
+def rollup_views(spark: Any, warehouse: str | PathLike[str]) -> dict[str, Any]:
     """The three rollups as DataFrames with their own column names."""
+    warehouse = Path(warehouse)
     from pyspark.sql import functions as F
 
     rollups = spark.read.format("delta").load(str(warehouse / "rollups"))
@@ -826,8 +829,9 @@ def rollup_views(spark: Any, warehouse: Path) -> dict[str, Any]:
     }
 
 
-def store_summary(spark: Any, warehouse: Path) -> dict[str, Any]:
+def store_summary(spark: Any, warehouse: str | PathLike[str]) -> dict[str, Any]:
     """Counts from the event store (what ``streamplane run`` prints)."""
+    warehouse = Path(warehouse)
     from pyspark.sql import functions as F
 
     ensure_tables(spark, warehouse)

@@ -102,6 +102,27 @@ def test_a_previous_token_is_checked_as_the_token_is() -> None:
         )
 
 
+def test_a_client_without_a_token_is_told_how_to_give_one(http: TestClient) -> None:
+    """The Python client's 401 names its own way to pass a token (the server's message
+    names the HTTP header, which a Python user does not write)."""
+    from streamplane.client.control_plane import ControlPlaneClient
+    from streamplane.exceptions import Unauthorized
+
+    with ControlPlaneClient("http://testserver") as cp:
+        own, cp._http = cp._http, TestClient(http.app)  # a TestClient is an httpx.Client
+        own.close()
+        with pytest.raises(Unauthorized) as err:
+            cp.register_cluster("eu-1", "h:1")
+    assert "missing API token" in str(err.value)
+    assert "ControlPlaneClient(url, token=...)" in str(err.value)
+    with ControlPlaneClient("http://testserver", "wrong") as cp:
+        own, cp._http = cp._http, TestClient(http.app, headers=dict(cp._http.headers))
+        own.close()
+        with pytest.raises(Unauthorized) as err:
+            cp.register_cluster("eu-1", "h:1")
+    assert "ControlPlaneClient(" not in str(err.value)  # a token was given: 403 says
+
+
 def test_reads_need_no_token(http: TestClient) -> None:
     create_stream(http)
     for path in (
@@ -208,7 +229,11 @@ def test_cluster_with_segments_cannot_be_removed(http: TestClient) -> None:
     create_stream(http)
     resp = http.delete("/v1/clusters/local-a", headers=AUTH)
     assert resp.status_code == 409
-    assert "orders" in resp.json()["detail"]
+    detail = resp.json()["detail"]
+    # Each stream's lanes there and their states, and how to move the dlq lane too (a
+    # failover moves every lane but the dlq: the error read the same after one).
+    assert "(orders: bulk (active), dlq (active), realtime (active))" in detail
+    assert "`--lane dlq` moves the dlq lane" in detail
 
 
 @pytest.mark.parametrize(
@@ -569,6 +594,8 @@ def test_openapi_documents_models_and_errors(http: TestClient) -> None:
     }
     assert create["security"] == [{"HTTPBearer": []}]
     assert "HTTPValidationError" not in doc["components"]["schemas"]
+    # Each model under a plain name (two HeartbeatIn read as module-qualified names).
+    assert not [name for name in doc["components"]["schemas"] if "__" in name]
     routing = doc["paths"]["/v1/streams/{name}/routing"]["get"]
     params = {p["name"]: p for p in routing["parameters"]}
     assert params["timeout"]["schema"]["anyOf"][0]["maximum"] == 60.0

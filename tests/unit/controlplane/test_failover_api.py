@@ -265,6 +265,13 @@ def test_declare_lost_is_audited(fhttp: TestClient) -> None:
         "/v1/streams/orders/segments/lost", json={"cluster": "local-a"}, headers=AUTH
     )
     assert again.status_code == 400
+    assert "fail its active segments over first" in again.text  # the dlq lane is there
+    failover(fhttp, lanes=["dlq"])
+    fhttp.post("/v1/streams/orders/segments/lost", json={"cluster": "local-a"}, headers=AUTH)
+    # Nothing left there but lost (or retired) segments: said so, not "fail over first".
+    last = fhttp.post("/v1/streams/orders/segments/lost", json={"cluster": "local-a"}, headers=AUTH)
+    assert last.status_code == 400
+    assert "retired or lost already: nothing waits on them" in last.text
 
 
 def test_cluster_health_is_served(

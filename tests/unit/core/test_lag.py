@@ -195,6 +195,36 @@ def test_a_single_commit_then_silence_is_stop_not_stall() -> None:
     assert status(m, 121) is LagStatus.STOP
 
 
+def test_a_dlq_replay_group_reads_on_demand_and_is_never_stopped() -> None:
+    """`dlq replay` groups (sp-dlq-replay.STREAM, and the one streams shared before)
+    read when someone replays: dead letters that came in since the last replay wait on
+    purpose. They read OK however old their last commit (every stream's replay group
+    read STOP minutes after its first new dead letter), per partition and aggregated;
+    a rewind is still an error. Another group alike reads STOP."""
+    m = LagModel(NO_TREND)
+    groups = ("sp-dlq-replay.orders", "sp-dlq-replay", "g")
+    m.observe_end_offset("t", 0, 100, 0)
+    for g in groups:
+        m.observe_commit(g, "t", 0, 40, 0)
+    assert [lag(m, 1000, group=g).status for g in groups] == [
+        LagStatus.OK,
+        LagStatus.OK,
+        LagStatus.STOP,
+    ]
+    statuses = {a.group: a.status for a in m.aggregate(1000 * S)}
+    assert statuses == {"sp-dlq-replay.orders": LagStatus.OK, "sp-dlq-replay": LagStatus.OK,
+                        "g": LagStatus.STOP}  # fmt: skip
+    assert lag(m, 1000, group="sp-dlq-replay.orders").offset_lag == 60  # still shown
+    m.observe_commit("sp-dlq-replay.orders", "t", 0, 10, 1001 * S)  # went backwards
+    assert lag(m, 1002, group="sp-dlq-replay.orders").status is LagStatus.ERR
+    # An expected partition without a commit, records pending: WARN for others only.
+    m.expect("g2", "t", 1)
+    m.expect("sp-dlq-replay.orders", "t", 1)
+    m.observe_end_offset("t", 1, 5, 1002 * S)
+    assert lag(m, 1003, group="g2", p=1).status is LagStatus.WARN
+    assert lag(m, 1003, group="sp-dlq-replay.orders", p=1).status is LagStatus.OK
+
+
 def test_rewind_is_an_error_for_one_window() -> None:
     m = LagModel(NO_TREND)
     m.observe_end_offset("t", 0, 10_000, 0)

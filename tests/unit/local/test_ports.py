@@ -26,6 +26,7 @@ from streamplane.local.fleet import (
     choose_ports,
     ephemeral_overlap_warning,
     ephemeral_port_range,
+    port_after,
 )
 
 LINUX = (32768, 60999)
@@ -52,6 +53,20 @@ def test_only_free_and_not_avoided_ports_are_chosen() -> None:
     ports = choose_ports(50, LINUX, lambda p: p not in busy, avoid=avoid, rng=random.Random(1))
     assert len(set(ports)) == 50
     assert not (set(ports) & (busy | avoid))
+
+
+def test_an_added_broker_takes_the_first_free_port_after_the_fleets() -> None:
+    """A fleet started at --base-port 23720 (ports 23720-23725): an added broker listens
+    at 23726, or the next free port after it (it took any free port, 22566)."""
+    fleet = set(range(23720, 23726))
+    assert port_after(fleet, LINUX, always_free) == 23726
+    assert port_after(fleet, LINUX, lambda p: p not in {23726, 23727}) == 23728
+    # At the ephemeral range's edge: past it, never inside it.
+    assert port_after({32765, 32766, 32767}, LINUX, always_free) == 61000
+    assert port_after({61000, 61001}, LINUX, always_free) == 61002
+    # Nothing free after the fleet's ports: any free port (below the range first).
+    nothing_after = port_after({65535}, LINUX, lambda p: p < 40000)
+    assert 20000 <= nothing_after < LINUX[0]
 
 
 def test_search_wraps_around_and_then_uses_ports_above_the_range() -> None:
