@@ -1850,20 +1850,28 @@ class StreamConsumer:
                 self._finish_requested_close()
 
     def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
-        """CPU, records/s and per-unit throughput, smoothed over ~_LOAD_SMOOTHING_S,
-        and each unit's backlog.
+        """CPU, records/s handled successfully and per-unit throughput, smoothed over
+        ~_LOAD_SMOOTHING_S, and each unit's backlog.
 
         Over a heartbeat's 0.3 s alone the rates were noise (records are fetched and
         handed out a batch at a time: a unit read 0, then a whole fetch's worth), and the
-        Assigner's load-driven passes moved units back and forth on it. The backlog
-        (``_backlog``: the partition's end, from the fetching client's statistics, minus
-        our next offset) tells the Assigner that the member runs flat out."""
+        Assigner's load-driven passes moved units back and forth on it. A unit's
+        throughput is what is fetched of it (its offered load, whatever becomes of the
+        records), from 0 when it is new here: its first window held the catch-up of what
+        waited while it changed hands, and read as the unit's rate it inflated it for
+        ~15 s. The member's records/s counts the records acked (``stats["acked"]``), not
+        those handed out: those count every failed attempt and retry, and a member whose
+        handler failed everything (its database down) read as the fastest of the group
+        and kept its units; the Assigner sets it against what the member reads of its
+        units ("Failing members" in ``core.assignment``). The backlog (``_backlog``: the
+        partition's end, from the fetching client's statistics, minus our next offset)
+        tells the Assigner that the member runs flat out."""
         assert self._membership is not None
         now = time.monotonic()
-        since, delivered_before = self._last_load
+        since, acked_before = self._last_load
         elapsed = max(1e-3, now - since)
-        delivered = self.stats["delivered"]
-        self._last_load = (now, delivered)
+        acked = self.stats["acked"]
+        self._last_load = (now, acked)
         keep = math.exp(-elapsed / _LOAD_SMOOTHING_S)
 
         def smooth(before: float | None, now_: float) -> float:
@@ -1873,7 +1881,7 @@ class StreamConsumer:
         for state in list(self._states.values()):
             fetched = state.fetched - state.fetched_at_report
             state.fetched_at_report = state.fetched
-            state.throughput = smooth(state.throughput, fetched / elapsed)
+            state.throughput = smooth(state.throughput or 0.0, fetched / elapsed)
             units.append(
                 {
                     **unit_json(state.key),
@@ -1882,7 +1890,7 @@ class StreamConsumer:
                 }
             )
         self._cpu_smoothed = smooth(self._cpu_smoothed, self._cpu_meter())
-        rate = (delivered - delivered_before) / elapsed
+        rate = (acked - acked_before) / elapsed
         self._rate_smoothed = smooth(self._rate_smoothed, rate)
         return self._cpu_smoothed, self._rate_smoothed, units
 

@@ -51,31 +51,49 @@ Runs when membership or the set of units changes, when units become free, and on
 heartbeat at most every ``rebalance_interval_s`` (load-driven; load figures are noisy and
 acting on every heartbeat would make units flap).
 
-- Weights. A unit weighs its measured throughput (records/s), as reported by its holder,
-  else by any member that reports it, else as remembered from the last balancing pass
-  (``GroupState.unit_weights``: a unit keeps its weight while it changes hands). Units
-  never measured weigh the median of the measured ones, or 1 when nothing is measured.
-  Every weight is at least 1% of the median busy unit: idle partitions still cost a
-  fetch session, and zero weights would let every idle unit pile up on one member.
-  Backlog does not weigh (a unit with a backlog weighs what its holder reads of it);
-  it tells saturated members, below.
+- Weights. A unit weighs its measured throughput (records/s: what is fetched of it, its
+  offered load, whatever becomes of the records), as reported by its holder, else by any
+  member that reports it, else as remembered from the last balancing pass
+  (``GroupState.unit_weights``: a unit keeps its weight while it changes hands). A
+  reading within ``imbalance_tolerance`` of the remembered figure keeps the figure (the
+  consumer's smoothed rates wander by about that much with its fetch batches). A unit
+  that changed hands weighs what it weighed then for ``handover_settle_s``
+  (``GroupState.settling``): its new holder's reading starts from nothing and catches up
+  over the consumer's smoothing; passes that acted on it saw the new holder idle, gave it
+  more, and took units back once the readings caught up (units moved 20-30 s after a
+  join or a leave). Units never measured weigh the median of the measured ones, or 1
+  when nothing is measured. Every weight is at least 1% of the median busy unit (the
+  median of the positive weights). Backlog does not weigh (a unit with a backlog weighs
+  what its holder reads of it); it tells saturated members, below.
+- Idle units, those weighing at most 5% of the median busy unit, are not balanced by
+  weight but by count: each costs a fetch session, and it is where a burst of its lane
+  lands. Weighed as fillers (1% of a busy unit each) they all went to whichever member
+  was lightest and moved there as a block at the next pass, and a burst waited on that
+  one member. Loads and targets below count busy units only; idle units are shared
+  out evenly (below, *spread*).
 - Capacity, in records/s (the unit of the weights). A member's capacity is the
-  throughput it could sustain at full CPU. When it
-  reports both records/s ``R`` and CPU ``c``, its speed is ``R / max(c, min_capacity)``
+  throughput it could sustain at full CPU. Its records/s ``R`` are the records it
+  handled successfully (the consumer counts acks, not records handed out: those count
+  every failed attempt). When it
+  reports CPU ``c`` and reads at least the median busy unit, its speed is
+  ``R / max(c, min_capacity)``
   and its capacity ``speed * (c + max(min_capacity, 1 - c))`` (``= R / c`` in the normal
   range); otherwise ``reference speed * max(min_capacity, 1 - c)``, the reference being
-  the median speed of the members that report both (when none do, the group's whole
+  the median speed of the members that have one (when none do, the group's whole
   load: a member with room could carry all of it; a dimensionless 1 there, against a
   saturated member's records/s, gave a member handling 20 records/s every unit of a
-  group reading 200). When no member
-  uses ``min_measured_cpu`` (10%) or more, no speed is estimated (all take the
+  group reading 200). A member reading less than a busy unit has no speed: its CPU is
+  mostly its baseline, ``R / c`` came out near 0 and it was never given more. When no
+  member uses ``min_measured_cpu`` (10%) or more, no speed is estimated (all take the
   reference): there ``R / c`` says little (baseline CPU and handlers waiting on I/O
   dominate: members at 2-3% CPU each came out with a capacity in proportion to their
   current load, so a member holding 90% of it kept it), and lightly loaded members are
-  taken as alike. So a member at 90%
-  CPU gets fewer units than members at 20%; and, unlike a rule on headroom alone, moving
-  load does not change the estimate (CPU falls with the load that leaves), so the
-  assignment does not swing back and forth. (CPU that does not scale with load, a
+  taken as alike. (Speeds are noisy: smoothed records/s over smoothed CPU wander
+  ±10% from pass to pass, and the targets with them; the relative ``_worthwhile``,
+  below, keeps passes from acting on that.) So a member at 90% CPU gets fewer units
+  than members at 20%; and, unlike a rule on headroom alone, moving load does not
+  change the estimate (CPU falls with the load that leaves), so the assignment does not
+  swing back and forth. (CPU that does not scale with load, a
   process's baseline, makes busier members look a little faster; that bias shrinks at
   each pass and the tolerance absorbs it: the bench converges in a few passes.)
   A *saturated* member (the backlog on its units is at least ``saturation_backlog_s``
@@ -89,10 +107,23 @@ acting on every heartbeat would make units flap).
   (its ratio was its CPU over the mean CPU), and every pass moved units between
   members that were all flat out (a generation every pass). So saturated members are
   at their targets with one another, and shed load only to members with room.
+- Failing members. A member that reads more than an idle unit's worth of its settled
+  units (not those still in ``handover_settle_s``: its handled records lag them) and
+  handles successfully less than a quarter of the share that the best member handles,
+  while that member handles at least half of what it reads, is failing (its handler
+  raises, its database is down): its capacity is multiplied by ``min_capacity``, so it
+  sheds its load to healthy members, for ``failure_memory_s`` after it was last seen so
+  (``GroupState.failing``: having shed its units it reads nothing and looks healthy).
+  Reporting records handed out, such a member looked the fastest of its group and kept
+  its units, dead-lettering its share of good records. Relative, so that failures that
+  every member sees (poison records on every unit, a database they all share) single
+  nobody out: when no member is healthy, nobody is failing. A member reading nothing
+  is never failing; unit weights still measure what is offered, not what succeeds.
 - Target. Member ``m`` should carry ``W * capacity_m / sum(capacity)`` of the total
-  weight ``W``. Its ratio is load / target.
+  weight ``W`` of the busy units. Its ratio is load / target.
 - Free units are placed heaviest first on the member with the lowest ratio after the
-  placement (longest-processing-time first, uniform machines).
+  placement (longest-processing-time first, uniform machines); free idle units each on
+  the member furthest below its share of them.
 - Moves happen only when some member is outside ``1 +- imbalance_tolerance``
   (stickiness: otherwise nothing moves). Then, first, *repair*: while some member is
   outside the band, move one unit from the most loaded member to the least loaded one,
@@ -107,9 +138,16 @@ acting on every heartbeat would make units flap).
   phase strictly lowers ``sum(load_m ** 2 / target_m)``, so balancing always ends, and
   a second pass with unchanged loads moves nothing. A pass's moves are kept only if
   they lower the largest deviation from target, among the members whose load they
-  change, by more than the tolerance (``_worthwhile``): an imbalance whole units
-  cannot undo (4 equal units on 3 members) moved a unit every 10 s on the noise of
-  the measured loads.
+  change, by more than the tolerance times ``1 +`` the deviation left (``_worthwhile``;
+  relative, as the noise of the measures is): an imbalance whole units cannot undo (4
+  equal units on 3 members) moved a unit every 10 s on the noise of the measured loads.
+- Then *spread* the idle units: each member's share of them is ``n / members``, but a
+  failing member's, which is 0 (a burst there would fail; capacity is no measure here:
+  an idle unit costs the same fetch session on a fast member as on a slow one); while
+  the member furthest above its share and the one furthest below it differ by more
+  than ``1 + max(0.5, tolerance * n / members)`` units, one idle unit (one already
+  moving first) goes from the first to the second. Each move lowers
+  ``sum((count_m - share_m) ** 2)``, so it ends, and a second pass moves nothing.
 - Deterministic: same state and input, same result. Ties between members are broken by
   a hash of ``(seed, member_id)``, ties between units by their sort order; nothing
   depends on set or dict iteration order.
@@ -148,8 +186,15 @@ __all__ = [
     "set_work_units",
 ]
 
-# Every unit weighs at least this fraction of the default weight (see "Weights").
+# Every unit weighs at least this fraction of the median busy unit (see "Weights").
 _WEIGHT_FLOOR = 0.01
+# A unit weighing at most this fraction of the median busy unit is idle: idle units are
+# spread by count, not by weight (see "Idle units").
+_IDLE_SHARE = 0.05
+# A member handling successfully less than this fraction of what it reads is failing,
+# when another member handles at least _HEALTHY_SHARE of its own (see "Failing members").
+_FAILING_SHARE = 0.25
+_HEALTHY_SHARE = 0.5
 # Relative slack for float comparisons, so rounding can never make two moves undo each other.
 _EPS = 1e-9
 
@@ -251,6 +296,14 @@ class AssignerConfig:
     # Load-driven balancing runs at most this often (structural changes act at once);
     # math.inf turns it off.
     rebalance_interval_s: float = 10.0
+    # A unit that changed hands weighs what it weighed then for this long: its new
+    # holder's reading starts from nothing (the consumer smooths over 5 s; after 15 s it
+    # reads within ~5% of the unit's rate), and passes acting on it moved units again.
+    handover_settle_s: float = 15.0
+    # A member seen failing (handling successfully a small share of what it reads)
+    # carries no more than a member with min_capacity headroom for this long after it
+    # was last seen so: having shed its units it reads nothing, and looks healthy.
+    failure_memory_s: float = 60.0
     seed: int = 0  # tie-breaks between members
 
     def __post_init__(self) -> None:
@@ -272,6 +325,10 @@ class AssignerConfig:
             raise ConfigError(f"saturation_memory_s must be >= 0, got {self.saturation_memory_s}")
         if math.isnan(self.rebalance_interval_s) or self.rebalance_interval_s <= 0:
             raise ConfigError(f"rebalance_interval_s must be > 0, got {self.rebalance_interval_s}")
+        if _finite(self.handover_settle_s, "handover_settle_s") < 0:
+            raise ConfigError(f"handover_settle_s must be >= 0, got {self.handover_settle_s}")
+        if _finite(self.failure_memory_s, "failure_memory_s") < 0:
+            raise ConfigError(f"failure_memory_s must be >= 0, got {self.failure_memory_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +380,12 @@ class GroupState:
     saturated_rates: Mapping[str, tuple[float, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Units that changed hands lately: (the weight they had then, until when it holds).
+    settling: Mapping[WorkUnit, tuple[float, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # Per member seen failing: when it was last seen so.
+    failing: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,12 +480,14 @@ def heartbeat(
             state.next_balance_at,
             state.unit_weights,
             state.saturated_rates,
+            state.settling,
+            state.failing,
         )
         return new_state, MemberAssignment(
             member.active, member.releasing, member.lease_expiry, state.generation
         )
 
-    draft = _Draft(state)
+    draft = _Draft(state, now)
     draft.advance(now)
     member = draft.members.get(member_id)
     joined = member is None
@@ -484,7 +549,7 @@ def restore(
         pending=MappingProxyType({}),
         generation=1,
     )
-    draft = _Draft(state)
+    draft = _Draft(state, now)
     draft.replan = True  # place the unclaimed units
     draft.settle(now, balance=False)
     return draft.freeze()
@@ -510,7 +575,7 @@ def expire(state: GroupState, now: float) -> GroupState:
     earliest = _earliest_deadline(state)
     if now < earliest:
         return replace(state, next_deadline=earliest)
-    draft = _Draft(state)
+    draft = _Draft(state, now)
     draft.advance(now)
     draft.settle(now, balance=False)
     return draft.freeze()
@@ -597,8 +662,10 @@ def invariant_violations(state: GroupState) -> list[str]:
 class _Draft:
     """A mutable working copy of a GroupState for the length of one operation."""
 
-    def __init__(self, state: GroupState) -> None:
+    def __init__(self, state: GroupState, now: float | None = None) -> None:
         self.config = state.config
+        self.now = now  # the operation's time, when it has one
+        self._clock: float | None = None
         self.work_units = state.work_units
         self.members: dict[str, MemberState] = dict(state.members)
         self.owners: dict[WorkUnit, str] = dict(state.owners)
@@ -608,6 +675,8 @@ class _Draft:
         self.next_balance_at = state.next_balance_at
         self.unit_weights = state.unit_weights
         self.saturated_rates = state.saturated_rates
+        self.settling = state.settling
+        self.failing = state.failing
         self._before = state.members
         # Mutable copies of the unit sets of the members this operation touches.
         self._held: dict[str, set[WorkUnit]] = {}
@@ -631,10 +700,25 @@ class _Draft:
 
     # -- elementary transitions ------------------------------------------------------
 
+    def clock(self) -> float:
+        """The group's time: the operation's, or the latest heartbeat when it has none
+        (read once an operation)."""
+        if self._clock is None:
+            latest = max((m.last_heartbeat for m in self.members.values()), default=-math.inf)
+            self._clock = latest if self.now is None else max(self.now, latest)
+        return self._clock
+
     def assign(self, unit: WorkUnit, member_id: str) -> None:
-        """A free unit gets a holder (nobody else can be processing it)."""
+        """A free unit gets a holder (nobody else can be processing it). A unit that was
+        measured keeps the weight it had for ``handover_settle_s`` ("Weights")."""
         self.owners[unit] = member_id
         self.held(member_id).add(unit)
+        # (While a unit settles, the last pass remembered its settled weight.)
+        weight = self.unit_weights.get(unit)
+        if weight is not None and self.config.handover_settle_s > 0:
+            if not isinstance(self.settling, dict):
+                self.settling = dict(self.settling)
+            self.settling[unit] = (weight, self.clock() + self.config.handover_settle_s)
 
     def revoke(self, unit: WorkUnit, target: str | None) -> None:
         holder = self.owners[unit]
@@ -734,6 +818,8 @@ class _Draft:
         moves = planner.run()
         self.unit_weights = MappingProxyType(planner.measured)
         self.saturated_rates = MappingProxyType(planner.saturated_rates)
+        self.settling = planner.settling
+        self.failing = MappingProxyType(planner.failing)
         for unit, target in moves.items():
             pending = self.pending.get(unit)
             if pending is not None:
@@ -795,6 +881,10 @@ class _Draft:
             self.next_balance_at,
             self.unit_weights,
             MappingProxyType({m: r for m, r in self.saturated_rates.items() if m in members}),
+            self.settling
+            if isinstance(self.settling, MappingProxyType)
+            else MappingProxyType(self.settling),
+            MappingProxyType({m: t for m, t in self.failing.items() if m in members}),
         )
 
 
@@ -822,6 +912,7 @@ class _Planner:
         self.units = sorted(draft.work_units, key=_unit_key)
         self.tolerance = config.imbalance_tolerance
         n = len(self.units)
+        self.clock = draft.clock()
         self.weights = self._weights(draft)
         # Where each unit stands now (-1: free), who holds it, and whether it is pending.
         self.start = [-1] * n
@@ -839,14 +930,23 @@ class _Planner:
             elif holder is not None:
                 self.start[k] = self.holder[k]
         self.where = list(self.start)
+        # Loads and targets count busy units only: idle ones are spread by count.
         self.load = [0.0] * len(self.ids)
         for k in range(n):
-            if self.where[k] >= 0:
+            if self.where[k] >= 0 and not self.idle[k]:
                 self.load[self.where[k]] += self.weights[k]
         capacity = self._capacities(draft)
-        total_weight = math.fsum(self.weights)
+        total_weight = math.fsum(
+            w for w, idle in zip(self.weights, self.idle, strict=True) if not idle
+        )
         total_capacity = math.fsum(capacity)
         self.target = [total_weight * c / total_capacity for c in capacity]
+        idle_units = sum(self.idle)
+        # Idle units cost a fetch session each, whatever the member's speed: an even
+        # share for every member but the failing ones (a burst there would fail).
+        able = [m not in self.failing for m in self.ids]
+        share = idle_units / max(1, sum(able))
+        self.idle_quota = [share if ok else 0.0 for ok in able]
         # Filled by _balance: per member, its units as (weight, unit index) ascending;
         # the "cheap" ones are already moving (or new), the others would start a release.
         self.cheap: list[list[tuple[float, int]]] = [[] for _ in self.ids]
@@ -854,7 +954,9 @@ class _Planner:
         self.involved: set[int] = set()
 
     def _weights(self, draft: _Draft) -> list[float]:
-        """Each unit's weight; also records the measurements in ``self.measured``."""
+        """Each unit's weight; also records the measurements in ``self.measured``, the
+        units still settling in ``self.settling`` and which units are idle in
+        ``self.idle`` (below ``self.idle_weight``)."""
         rank = {u: k for k, u in enumerate(self.units)}
         # The last pass's figures, then any member's report, then the holder's report.
         measured = {rank[u]: t for u, t in draft.unit_weights.items() if u in rank}
@@ -869,25 +971,75 @@ class _Planner:
                     by_holder.add(k)
                 elif k in fresh:
                     continue
-                measured[k] = unit_load.throughput
+                reading = unit_load.throughput
+                # Within the tolerance of the last pass's figure, it is noise.
+                kept = draft.unit_weights.get(unit)
+                if kept is not None and abs(reading - kept) <= self.tolerance * kept:
+                    reading = kept
+                measured[k] = reading
                 fresh.add(k)
+        # A unit that changed hands lately weighs what it weighed then.
+        self.settling: dict[WorkUnit, tuple[float, float]] = {}
+        for unit, (weight, until) in draft.settling.items():
+            k = rank.get(unit)
+            if k is not None and until > self.clock:
+                self.settling[unit] = (weight, until)
+                measured[k] = weight
         self.measured = {self.units[k]: t for k, t in measured.items()}
         positive = [t for t in measured.values() if t > 0]
         # Zero-throughput units weigh a small fraction of a typical busy one.
-        floor = (median(positive) if positive else 1.0) * _WEIGHT_FLOOR
+        busy = self.busy_weight = median(positive) if positive else 1.0
+        floor = busy * _WEIGHT_FLOOR
         default = max(median(measured.values()) if measured else 1.0, floor)
-        return [max(measured.get(k, default), floor) for k in range(len(self.units))]
+        weights = [max(measured.get(k, default), floor) for k in range(len(self.units))]
+        self.idle_weight = busy * _IDLE_SHARE
+        self.idle = [w <= self.idle_weight for w in weights]
+        return weights
+
+    def _failing(self, draft: _Draft) -> set[str]:
+        """The members to take as failing now; also records ``self.failing``, when each
+        member was last seen failing (see "Failing members")."""
+        config = draft.config
+        # Each member's share of what it reads (its settled units) that it handles
+        # successfully, if it reads more than an idle unit's worth.
+        success: dict[str, float] = {}
+        for member_id in self.ids:
+            load = draft.members[member_id].load
+            offered = math.fsum(
+                unit_load.throughput
+                for unit, unit_load in load.units.items()
+                if draft.owners.get(unit) == member_id and unit not in self.settling
+            )
+            if offered > self.idle_weight:
+                success[member_id] = min(1.0, load.records_per_s / offered)
+        self.failing = {
+            m: seen
+            for m, seen in draft.failing.items()
+            if m in draft.members and self.clock < seen + config.failure_memory_s
+        }
+        best = max(success.values(), default=0.0)
+        if best >= _HEALTHY_SHARE:  # when nobody is healthy, nobody is singled out
+            for member_id, share in success.items():
+                if share < _FAILING_SHARE * best:
+                    self.failing[member_id] = self.clock
+                else:
+                    self.failing.pop(member_id, None)
+        return set(self.failing)
 
     def _capacities(self, draft: _Draft) -> list[float]:
         """Each member's capacity, in records/s (the unit of the weights)."""
         config = draft.config
         floor = config.min_capacity
         loads = [draft.members[m].load for m in self.ids]
+        failing = self._failing(draft)
         speeds: dict[str, float] = {}
         # No member at min_measured_cpu: no signal, lightly loaded members are alike.
         if any(load.cpu >= config.min_measured_cpu for load in loads):
             for member_id, load in zip(self.ids, loads, strict=True):
-                if load.records_per_s > 0 and load.cpu > 0:
+                # Reading less than a typical busy unit, its CPU is mostly its baseline:
+                # R / c said ~0 and it was given nothing more, ever.
+                reading = load.records_per_s >= self.busy_weight
+                if reading and load.cpu > 0 and member_id not in failing:
                     speeds[member_id] = load.records_per_s / max(load.cpu, floor)
         # Records/s at full CPU of a member whose speed is not measured: the median speed;
         # with none measured, nothing bounds a member with room: it could take everything.
@@ -901,7 +1053,7 @@ class _Planner:
         for k, m in enumerate(self.holder):
             if m >= 0:
                 held[m] += self.weights[k]
-        clock = max(member.last_heartbeat for member in draft.members.values())
+        clock = self.clock
         self.saturated_rates: dict[str, tuple[float, float]] = {}
         capacity = []
         for m, member_id in enumerate(self.ids):
@@ -930,16 +1082,22 @@ class _Planner:
                 capacity.append(min(base, remembered[0]))
             else:
                 capacity.append(base)
-        return capacity
+        # A failing member carries no more than one with no headroom (min_capacity).
+        return [
+            c * floor if member_id in failing else c
+            for c, member_id in zip(capacity, self.ids, strict=True)
+        ]
 
     def run(self) -> dict[WorkUnit, str]:
-        if self.units:
+        if not all(self.idle):
             self._place_free()
             placed, loads = list(self.where), list(self.load)
             self._balance()
             if not self._worthwhile(loads):
                 # An imbalance whole units cannot undo (or noise on one): stay put.
                 self.where, self.load = placed, loads
+        if any(self.idle):
+            self._spread_idle()
         return {
             self.units[k]: self.ids[self.where[k]]
             for k in range(len(self.units))
@@ -947,8 +1105,9 @@ class _Planner:
         }
 
     def _place_free(self) -> None:
-        """Heaviest first, each on the member with the lowest ratio after placing it."""
-        free = [k for k in range(len(self.units)) if self.where[k] < 0]
+        """Busy units: heaviest first, each on the member with the lowest ratio after
+        placing it."""
+        free = [k for k in range(len(self.units)) if self.where[k] < 0 and not self.idle[k]]
         if not free:
             return
         free.sort(key=lambda k: (-self.weights[k], k))
@@ -972,7 +1131,8 @@ class _Planner:
     def _worthwhile(self, before: list[float]) -> bool:
         """Whether balancing, which went from loads ``before`` to ``self.load``, lowered
         the largest deviation from target (``|load / target - 1|``) among the members
-        whose load changed by more than the tolerance. Hysteresis: with units that do
+        whose load changed by more than the tolerance (times ``1 +`` the deviation
+        left). Hysteresis: with units that do
         not divide evenly, the member holding one unit more is out of the band at every
         pass, and a move that only hands that extra unit on (or that noise on the
         measured weights makes look better by a hair) flapped the unit around."""
@@ -984,7 +1144,11 @@ class _Planner:
         def deviation(loads: list[float]) -> float:
             return max(abs(loads[m] / target[m] - 1.0) for m in changed)
 
-        return deviation(before) - deviation(self.load) > self.tolerance + _EPS
+        # Relative: loads and targets are measured to within about the tolerance, so
+        # a member at twice its target is known to within twice as much (a member
+        # holding two units where others held one was handed on at 1.71 -> 1.57).
+        after = deviation(self.load)
+        return deviation(before) - after > self.tolerance * (1.0 + after) + _EPS
 
     def _balance(self) -> None:
         load, target = self.load, self.target
@@ -998,7 +1162,8 @@ class _Planner:
         # small drifts (or the dents repair left, within the band) move.
         self.involved = outside
         for k, m in enumerate(self.where):
-            self._bucket(k, m).append((self.weights[k], k))
+            if not self.idle[k]:
+                self._bucket(k, m).append((self.weights[k], k))
         for lists in (self.cheap, self.rest):
             for units in lists:
                 units.sort()
@@ -1091,6 +1256,56 @@ class _Planner:
             if self._lightest(donor, receiver, limit):
                 return True
         return False
+
+    def _spread_idle(self) -> None:
+        """Idle units by count, an even share each (none for a failing member): free
+        ones each to the member furthest below its share; then, while the member
+        furthest above its share and the one furthest below it differ by more than
+        ``1 + slack`` units, one unit from the first to the second (one already moving
+        first). Each move lowers
+        ``sum((count_m - quota_m) ** 2)``; a second pass moves nothing."""
+        members = range(len(self.ids))
+        quota = self.idle_quota
+        excess = [-q for q in quota]
+        # Per member, its idle units: already moving (or new) ones, then the others.
+        cheap: list[list[int]] = [[] for _ in members]
+        rest: list[list[int]] = [[] for _ in members]
+        free = []
+        for k, m in enumerate(self.where):
+            if not self.idle[k]:
+                continue
+            if m < 0:
+                free.append(k)
+                continue
+            excess[m] += 1.0
+            at_rest = self.holder[k] == m and not self.was_pending[k]
+            (rest if at_rest else cheap)[m].append(k)
+        if free:
+            heap = [(excess[m], m) for m in members]
+            heapq.heapify(heap)
+            for k in free:
+                _, m = heapq.heappop(heap)
+                self.where[k] = m
+                cheap[m].append(k)
+                excess[m] += 1.0
+                heapq.heappush(heap, (excess[m], m))
+        idle_units = sum(self.idle)
+        # Hysteresis, as the tolerance band for weights: with a few idle units, counts
+        # within one and a half of their shares stay; with many, within the tolerance.
+        slack = max(0.5, self.tolerance * idle_units / len(self.ids))
+        for _ in range(idle_units + 1):  # a safety net; every move lowers the cost
+            donor = max(members, key=lambda m: (excess[m], -m))
+            receiver = min(members, key=lambda m: (excess[m], m))
+            if excess[donor] - excess[receiver] <= 1.0 + slack + _EPS:
+                return
+            k = (cheap[donor] or rest[donor]).pop()
+            self.where[k] = receiver
+            excess[donor] -= 1.0
+            excess[receiver] += 1.0
+            if self.holder[k] == receiver and not self.was_pending[k]:
+                rest[receiver].append(k)  # back where it is at rest
+            else:
+                cheap[receiver].append(k)
 
     def _lightest_weight(self, m: int) -> float:
         heads = [units[0][0] for units in (self.cheap[m], self.rest[m]) if units]
