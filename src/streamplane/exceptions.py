@@ -82,5 +82,12 @@ class ProduceError(StreamplaneError):
     """A record could not be delivered."""
 
 
+class StreamDeleted(ProduceError, NotFound):
+    """Records could not be delivered because their stream was deleted (its topics with
+    it): raised by ``StreamProducer.flush`` and ``close``. A ``ProduceError`` (records
+    not delivered), and a ``NotFound``, as ``send`` raises once the producer knows of
+    the deletion."""
+
+
 class RecordTooLarge(ProduceError):
     """A record is larger than the stream allows."""

@@ -25,6 +25,13 @@ exited with them queued), so an application could not tell which records to rese
 Delivery errors reach the caller: through ``on_delivery`` when given, otherwise they
 are collected and ``flush()`` raises ``ProduceError``.
 
+Once the routing watch says the stream was deleted, its topics are gone with it: the
+records still queued can never be delivered. They are purged at once (each reported
+failed, ``_PURGE_QUEUE`` or ``_PURGE_INFLIGHT``), so ``flush`` and ``close`` do not wait
+their timeout for them but raise ``StreamDeleted`` (a ``ProduceError`` and a
+``NotFound``) naming how many were not delivered. Before, ``close`` waited its whole
+timeout (30 s: a pod's whole grace period) and then gave up on them.
+
 By default librdkafka reports failed deliveries only (``delivery.report.only.error``):
 a report per successful record costs the producing thread about as much as the
 ``produce`` call itself (confluent-kafka builds a Python message for each).
@@ -57,7 +64,13 @@ from streamplane.core.routing import (
     validate_stream_name,
 )
 from streamplane.core.text import counted
-from streamplane.exceptions import ConfigError, NotFound, ProduceError, RecordTooLarge
+from streamplane.exceptions import (
+    ConfigError,
+    NotFound,
+    ProduceError,
+    RecordTooLarge,
+    StreamDeleted,
+)
 from streamplane.kafka.clients import producer_config
 
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
@@ -82,6 +95,17 @@ _STATISTICS_INTERVAL_MS = 5000
 # How long ``close`` waits for the delivery reports of the records it purged (they are
 # ready at once: this bounds a librdkafka that does not hand them over).
 _PURGED_REPORTS_S = 1.0
+# The failures of a record whose stream was deleted: purged by the producer, or failed
+# by librdkafka for a topic it no longer finds.
+_DELETED_STREAM_CODES = frozenset(
+    {
+        _RawKafkaError._PURGE_QUEUE,
+        _RawKafkaError._PURGE_INFLIGHT,
+        _RawKafkaError._UNKNOWN_TOPIC,
+        _RawKafkaError._UNKNOWN_PARTITION,
+        _RawKafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 
 
 class _TopicCounts:
@@ -165,6 +189,14 @@ def batch_bytes(max_batch_bytes: int, stream_bound: int) -> int:
     return min(max_batch_bytes, limit - margin)
 
 
+def _purge(producers: Iterable[Producer]) -> None:
+    """Purge every record ``producers`` hold, queued or in flight: each one's delivery
+    report (failed: ``_PURGE_QUEUE`` or ``_PURGE_INFLIGHT``) is served by their next
+    poll or flush."""
+    for producer in producers:
+        producer.purge(in_queue=True, in_flight=True, blocking=True)
+
+
 def _not_bytes(value: object, key: object, call: str) -> TypeError:
     return TypeError(
         f"{call}: value and key are bytes, str or None, not "
@@ -222,7 +254,7 @@ class _OwnReport:
 
     def __call__(self, err: _RawKafkaError | None, msg: Message) -> None:
         if err is not None:
-            self.producer._count_failure(msg)
+            self.producer._count_failure(err, msg)
         self.callback(err, msg)
 
 
@@ -293,6 +325,9 @@ class StreamProducer:
         self._routes: dict[str, _Route] = {}
         self._failures: list[tuple[_RawKafkaError, Message]] = []
         self._failed_reports = 0  # failed delivery reports served, callbacks' included
+        # Failed reports served once the stream was deleted (its topics gone: purged, or
+        # failed for a missing topic), callbacks' included, not yet raised about.
+        self._undelivered_deleted = 0
         self._counts: dict[str, _TopicCounts] = {}  # by topic, retired ones included
         self._retired_counts: list[_TopicCounts] = []
         METRICS.produce_latency[(stream,)]  # exported from the start, empty until measured
@@ -365,17 +400,22 @@ class StreamProducer:
         acknowledged is not lost: a record purged in flight (``_PURGE_INFLIGHT``) may
         have been written by the broker all the same (at-least-once: resending it may
         write it twice); one purged from the queue (``_PURGE_QUEUE``) was never sent.
-        Raises ProduceError for failed deliveries as ``flush`` does."""
+        Raises ProduceError for failed deliveries as ``flush`` does. Records of a stream
+        that was deleted (heard before or while it waits) are not waited for: they are
+        purged at once and ``StreamDeleted`` (a ProduceError) names how many."""
         if self._closed:
             return
-        self._closed = True
-        self._watcher.stop()
+        with self._lock:  # a routing change being applied is done first
+            self._closed = True  # routing changes are ignored from now on (``_apply``)
         try:
+            # The watch goes on while the queue drains: hearing that the stream was
+            # deleted purges what is queued (its topics are gone), ending the wait.
             waiting = self._drain(timeout)
             if waiting:
                 raise self._given_up(waiting, timeout)
             self.raise_failures()
         finally:
+            self._watcher.stop()
             self._producers.clear()
             self._retired = []
             # Heartbeats go on while the queue drains (records may still be on their
@@ -430,6 +470,8 @@ class StreamProducer:
 
     def _apply(self, table: RoutingTable) -> None:
         with self._lock:
+            if self._closed:  # closing: nothing more is sent (the watch goes on meanwhile)
+                return
             routes: dict[str, _Route] = {}
             for lane in table.all_lanes:
                 seg = table.active(lane)
@@ -604,12 +646,18 @@ class StreamProducer:
         return _not_bytes(value, key, f"send_batch (record {position}; {queued} queued before it)")
 
     def _on_gone(self, reason: str) -> None:
-        """The stream was deleted: refuse records from now on (those queued already are
-        delivered or fail as their topics allow, and ``flush`` reports them)."""
+        """The stream was deleted (called from the watch thread): refuse records from now
+        on, and purge those queued already: its topics were deleted with it, so they can
+        never be delivered (librdkafka would retry them until ``message.timeout.ms``,
+        and ``close`` waited its whole timeout for them). Their failures are served by
+        the next ``poll``, ``flush`` or ``close`` (which no longer waits for them), and
+        ``flush``/``close`` raise ``StreamDeleted``."""
         with self._lock:
             self._gone = reason
             self._routes = {}
+            producers = [*self._producers.values(), *(p for _, p in self._retired)]
         self.heartbeat.stop()
+        _purge(producers)
 
     def _route_for(self, lane: str | None) -> _Route:
         """The route of ``lane`` (the default lane when None), opening if needed."""
@@ -631,7 +679,8 @@ class StreamProducer:
         included; raises ProduceError if any could not be delivered: naming how many
         wait for which cluster when ``timeout`` passes first (they stay queued, and are
         delivered once their cluster answers, within librdkafka's ``message.timeout.ms``:
-        flush again to wait for them), otherwise how many failed."""
+        flush again to wait for them), otherwise how many failed (``StreamDeleted``
+        for those of a stream that was deleted: not waited for, they fail at once)."""
         waiting = self._drain(timeout)
         if waiting:
             total = sum(w.records for w in waiting)
@@ -650,12 +699,18 @@ class StreamProducer:
         return sum(w.records for w in self._drain(timeout))
 
     def _drain(self, timeout: float) -> list[_Waiting]:
-        """``drain``, telling the records still queued apart by cluster."""
+        """``drain``, telling the records still queued apart by cluster. Once the stream
+        is deleted it does not wait: what is queued is purged (a record a ``send`` on
+        another thread queued as the deletion was heard included), and only the purged
+        records' reports are waited for."""
         deadline = time.monotonic() + timeout
         producers = [
             *((cluster, p, False) for cluster, p in list(self._producers.items())),
             *((cluster, p, True) for cluster, p in self._retired),
         ]
+        if self._gone is not None:
+            _purge(p for _, p, _ in producers)
+            deadline = time.monotonic() + _PURGED_REPORTS_S
         after = [p.flush(max(0.0, deadline - time.monotonic())) for _, p, _ in producers]
         # Those waited for first were counted early: count them again (serving the
         # reports that came in since, as flush(0) does).
@@ -778,8 +833,27 @@ class StreamProducer:
                     counts.producer = _NOTHING_QUEUED
 
     def raise_failures(self) -> None:
-        """Raise ProduceError for records that failed without a caller's callback."""
+        """Raise ProduceError for records that failed without a caller's callback;
+        ``StreamDeleted`` (a ProduceError) when records failed, callbacks' included,
+        because the stream was deleted."""
+        with self._failure_lock:
+            deleted, self._undelivered_deleted = self._undelivered_deleted, 0
         failures = self.take_failures()
+        if deleted:
+            others = [(e, m) for e, m in failures if e.code() not in _DELETED_STREAM_CODES]
+            raise StreamDeleted(
+                f"{counted(deleted, 'record')} of stream {self.stream!r} undelivered: "
+                f"{self._gone} while they were queued, its topics with it. Given up on at "
+                "once, each reported failed (to its on_delivery when sent with one): "
+                "_PURGE_QUEUE (never sent), _PURGE_INFLIGHT (sent, its answer abandoned) "
+                "or its topic unknown"
+                + (
+                    f"; {counted(len(others), 'other record')} failed, the first: "
+                    f"{self._describe_failure(*others[0])}"
+                    if others
+                    else ""
+                )
+            )
         if not failures:
             return
         err, msg = failures[0]
@@ -809,10 +883,10 @@ class StreamProducer:
     def _on_delivery(self, err: _RawKafkaError | None, msg: Message) -> None:
         # With every delivery reported this runs once per record (in poll/flush).
         if err is not None:
-            self._count_failure(msg)
+            self._count_failure(err, msg)
             self._failures.append((err, msg))
 
-    def _count_failure(self, msg: Message) -> None:
+    def _count_failure(self, err: _RawKafkaError, msg: Message) -> None:
         # No latency: the histogram comes from librdkafka's windows alone.
         topic = msg.topic()
         METRICS.delivery_failed(self.stream, topic)  # metrics
@@ -821,6 +895,8 @@ class StreamProducer:
             self._failed_reports += 1
             if counts is not None:
                 counts.failed += 1
+            if self._gone is not None and err.code() in _DELETED_STREAM_CODES:
+                self._undelivered_deleted += 1
 
     def _on_statistics(self, stats_json: str) -> None:
         """librdkafka's statistics (every few seconds): the produce latency windows."""
