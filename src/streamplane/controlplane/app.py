@@ -205,7 +205,9 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         lag_plane = start_lag_plane(app, settings, svc)
         failover_rt.start()
+        assigner.start()
         yield
+        assigner.stop()
         failover_rt.stop()
         await leader_proxy.close()
         lag_plane.stop()

@@ -61,7 +61,40 @@ class AssignerService:
         self._groups: dict[str, _Group] = {}
         self._lock = threading.Lock()
         self._leading = True
-        self._last_heartbeat = -float("inf")  # when the last heartbeat was answered
+        # When this process was last seen running (``tick``); None until the ticker
+        # starts: pause detection needs it (``_check_pause``).
+        self._last_tick: float | None = None
+        self._ticker: threading.Thread | None = None
+        self._stop_ticking = threading.Event()
+
+    def start(self, interval_s: float = 0.1) -> None:
+        """Tick every ``interval_s`` on a daemon thread (``tick``), so that a pause of
+        this process is told apart from members going quiet."""
+        if self._ticker is not None:
+            return
+        self.tick()
+        self._stop_ticking.clear()
+
+        def run() -> None:
+            while not self._stop_ticking.wait(interval_s):
+                self.tick()
+
+        self._ticker = threading.Thread(target=run, name="assigner-ticker", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._stop_ticking.set()
+        if self._ticker is not None:
+            self._ticker.join(2)
+            self._ticker = None
+
+    def tick(self) -> None:
+        """This process runs now. A tick that finds the last one more than a lease ago
+        (or a heartbeat that does) means the process did not run meanwhile."""
+        now = self._clock()
+        with self._lock:
+            self._check_pause(now)
+            self._last_tick = now
 
     def lead(self, leader: bool) -> None:
         """Whether this replica leads: told by the leadership at each change (and its
@@ -80,17 +113,26 @@ class AssignerService:
                 self._recover_until = self._clock() + self._recovery_s
             self._leading = leader
 
-    def _paused_with_members_live(self, now: float) -> bool:
-        """More than a lease since the last heartbeat answered, and some member's
-        lease was running then (members heartbeat several times a lease)."""
-        last = self._last_heartbeat
-        if now - last <= self.config.lease_ttl_s:
-            return False
-        return any(
+    def _check_pause(self, now: float) -> None:
+        """If this process did not run for more than a lease while members held leases
+        (it was stopped, starved, its host frozen), rebuild every group from its
+        members' claims, as after a restart. Its leases all read expired: the first
+        heartbeat after a 15 s SIGSTOP was given every unit, the others admitted
+        afresh, and 188 records were handled twice; the members kept their units
+        meanwhile (fail-static). Told by the ticker, not by the heartbeats: a gap
+        between heartbeats is also every member stopping at once (a group redeployed),
+        and a new member then waited out a recovery window for nothing. Called with
+        the lock held."""
+        last = self._last_tick
+        if last is None or now - last <= self.config.lease_ttl_s:
+            return
+        if any(
             group.state is not None
             and any(m.lease_expiry > last for m in group.state.members.values())
             for group in self._groups.values()
-        )
+        ):
+            self._groups.clear()
+            self._recover_until = now + self._recovery_s
 
     def _units(self, group: _Group) -> frozenset[WorkUnit]:
         table = self._routing(group.stream)
@@ -113,17 +155,8 @@ class AssignerService:
     ) -> HeartbeatAnswer:
         now = self._clock()
         with self._lock:
-            if self._paused_with_members_live(now):
-                # No heartbeat answered for longer than a lease while members held
-                # leases: this process did not run (stopped, starved, its host frozen),
-                # not every member at once. Its leases all read expired: the first
-                # heartbeat after a 15 s SIGSTOP was given every unit, the others
-                # admitted afresh, and 188 records were handled twice. The members kept
-                # their units meanwhile (fail-static), so the groups are rebuilt from
-                # their claims, as after a restart.
-                self._groups.clear()
-                self._recover_until = now + self._recovery_s
-            self._last_heartbeat = now
+            # (the ticker may run after this request on resuming: checked here too)
+            self._check_pause(now)
             group = self._groups.get(group_id)
             if group is not None and (group.stream, group.lanes) != (stream, tuple(lanes)):
                 if not _has_live_members(group, now):

@@ -248,16 +248,18 @@ def test_a_paused_control_plane_rebuilds_its_groups_from_the_claims() -> None:
     table = [new_routing_table("s", ["realtime"], "local-a", 4)]
     svc = service(table, clock, recovery_s=2.0)
     clock.now += 2.5  # past the start's recovery window
+    svc.tick()  # (the ticker runs every 0.1 s in the control plane)
     a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
     b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
     for _ in range(4):  # a releases what b is to hold
         clock.now += 0.3
+        svc.tick()
         a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), released=a.release)
         b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
     held_a, held_b = a.work_units, b.work_units
     assert held_a and held_b and len(held_a | held_b) == 4
 
-    clock.now += 15.0  # paused: nothing answered
+    clock.now += 15.0  # paused: nothing answered, no tick
     a = svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad(), claims=held_a)
     assert a.work_units == held_a and not a.joined  # its claims, not every unit
     b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=held_b)
@@ -267,6 +269,43 @@ def test_a_paused_control_plane_rebuilds_its_groups_from_the_claims() -> None:
     b = svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad(), claims=held_b)
     assert a.work_units == held_a and b.work_units == held_b
     assert not a.joined and not b.joined
+
+
+def test_a_group_whose_members_all_stopped_is_not_taken_for_a_pause() -> None:
+    """Every member of a group stopped at once (a redeploy, a test's end) and a new
+    member came 5 s later: the process ran all along (its ticker ticked), so the new
+    member gets the units at once. (Taken for a pause of the control plane, it waited
+    out a recovery window with nothing: an integration test's three members got 0 of 12
+    units over 8 heartbeats.)"""
+    clock = Clock()
+    table = [new_routing_table("s", ["realtime"], "local-a", 4)]
+    svc = service(table, clock, recovery_s=2.0)
+    clock.now += 2.5
+    svc.tick()
+    svc.heartbeat("g", "s", ["realtime"], "a", MemberLoad())
+    svc.heartbeat("g", "s", ["realtime"], "b", MemberLoad())
+    for _ in range(50):  # both stopped; the control plane runs on
+        clock.now += 0.1
+        svc.tick()
+    c = svc.heartbeat("g", "s", ["realtime"], "c", MemberLoad())
+    assert len(c.work_units) == 4 and c.generation > 0
+
+
+def test_the_ticker_runs_in_the_app_and_stops_with_it() -> None:
+    svc = AssignerService(lambda _s: new_routing_table("s", ["realtime"], "local-a", 1))
+    svc.start(interval_s=0.01)
+    try:
+        first = svc._last_tick
+        assert first is not None
+        import time
+
+        deadline = time.monotonic() + 5
+        while svc._last_tick == first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert svc._last_tick != first
+    finally:
+        svc.stop()
+    assert svc._ticker is None
 
 
 def test_a_member_alone_after_the_others_died_is_not_taken_for_a_pause() -> None:
