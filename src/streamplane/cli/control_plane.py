@@ -52,6 +52,7 @@ _OPTION_OF = {
     "failover.leader_lease": "--leader-lease",
     "failover.health_threshold": "--health-threshold",
     "failover.health_interval": "--health-interval",
+    "failover.health_recovery": "--health-recovery",
     "failover.seal_grace": "--seal-grace",
     "failover.reader_retention": "--reader-retention",
     "failover.retired_watch": "--retired-watch",
@@ -116,6 +117,14 @@ _OPTION_OF = {
     help="Seconds of failed probes before a cluster is down.",
 )
 @click.option("--health-interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True)
+@click.option(
+    "--health-recovery",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds the clusters get to come back after every one failed at once (the "
+    "control plane cut off, the fleet restarting): none is failed over before.",
+)
 @click.option(
     "--health-failover/--no-health-failover",
     default=True,
@@ -200,6 +209,7 @@ def serve(
     health: bool,
     health_threshold: float,
     health_interval: float,
+    health_recovery: float,
     health_failover: bool,
     seal_grace: float,
     sealing: bool,
@@ -237,6 +247,7 @@ def serve(
             health_enabled=health,
             health_threshold=health_threshold,
             health_interval=health_interval,
+            health_recovery=health_recovery,
             health_failover=health_failover,
             seal_grace=seal_grace,
             sealing_enabled=sealing,

@@ -11,8 +11,10 @@ wakes the watchers).
   topic, one led by each broker; ``cluster_io``). A cluster failing for
   ``health_threshold`` seconds is ``down``: every stream with an active segment there
   is failed over (all of those lanes, the dlq included) to the standby
-  ``choose_standby`` picks, with actor ``health``. Health is written to the store so
-  every replica serves it.
+  ``choose_standby`` picks among the trusted clusters, with actor ``health``, unless
+  ``failover_hold`` holds it (every cluster failed at once: the others get
+  ``health_recovery`` to come back). Health is written to the store so every replica
+  serves it.
 - **Sealer**: every ``sealer_interval`` seconds, each draining segment is sealed when
   ``seal_reason`` says so, with the end offsets read from its cluster (a dead cluster:
   it stays draining); every ``retire_interval`` seconds each sealed segment is retired
@@ -42,10 +44,12 @@ from streamplane.core.failover import (
     ClusterHealth,
     HealthState,
     choose_standby,
+    failover_hold,
     observe_probe,
     retire_check,
     seal_reason,
     successor_epoch,
+    trusted_clusters,
 )
 from streamplane.core.routing import (
     DLQ_LANE,
@@ -86,6 +90,13 @@ class FailoverSettings(BaseModel):
     health_timeout: float = Field(default=1.0, gt=0, description="Seconds a probe may take.")
     health_threshold: float = Field(
         default=3.0, gt=0, description="Seconds of failed probes before a cluster is down."
+    )
+    health_recovery: float = Field(
+        default=30.0,
+        ge=0,
+        description="Seconds the clusters get to come back after every cluster failed at "
+        "once (the control plane cut off, the fleet restarting), counted from the first "
+        "one's answer: a cluster still failing then is failed over, not before.",
     )
     sealing_enabled: bool = Field(
         default=False, description="Seal and retire segments (`serve` turns it on)."
@@ -366,7 +377,7 @@ class FailoverRuntime:
         if state.health is not before.health and before.health is not ClusterHealth.UNKNOWN:
             self._audit_health(name, state)
         if state.health is ClusterHealth.DOWN and s.health_failover:
-            self._fail_over_cluster(name, state)
+            self._fail_over_cluster(name, state, now)
         if error is None and cluster.kafka_cluster_id is None:
             # Registered before its id was recorded: the first answer records it.
             try:
@@ -391,19 +402,32 @@ class FailoverRuntime:
         except Exception as exc:
             _warn("audit of %s's health failed: %s", exc, name)
 
-    def _fail_over_cluster(self, failed: str, state: HealthState) -> None:
-        """Move every lane whose active segment is on ``failed`` (dlq included)."""
+    def _fail_over_cluster(self, failed: str, state: HealthState, now: float) -> None:
+        """Move every lane whose active segment is on ``failed`` (dlq included), unless
+        ``failover_hold`` says the fault may not be ``failed``'s (every cluster failed
+        at once) or no cluster is trusted yet; the next probe asks again."""
         streams = [s for s, cs in self.service.store.active_clusters().items() if failed in cs]
         if not streams:
             return
-        tags = {c.name: dict(c.tags) for c in self.service.store.list_clusters()}
+        threshold = self.settings.health_threshold
         with self._health_lock:
-            health = {n: st.health for n, st in self._health.items()}
+            states = dict(self._health)
+        hold = failover_hold(failed, states, now, threshold, self.settings.health_recovery)
+        if hold is not None:
+            self._warn_once(
+                (failed, str(state.failing_since), hold.reason.value),
+                "not failing the streams of %s over yet: %s",
+                failed,
+                hold.detail,
+            )
+            return
+        tags = {c.name: dict(c.tags) for c in self.service.store.list_clusters()}
+        trusted = trusted_clusters(states, now, threshold)
         for stream in streams:
             try:
                 table = self.service.routing(stream)
                 lanes = [lane for lane in table.all_lanes if _active_cluster(table, lane) == failed]
-                target = choose_standby(failed, stream, tags, health)
+                target = choose_standby(failed, stream, tags, trusted)
                 if not lanes:
                     continue
                 if target is None:

@@ -9,10 +9,18 @@ functions what to do; nothing here does I/O or reads a clock.
   writes: the cluster still does, so it never becomes ``down`` that way), ``down``
   once probes have failed for at least the threshold (seconds since the first failed
   probe of the streak), ``unknown`` before the first probe.
+- **Trust**: the streams of a down cluster are failed over only when the fault is
+  plainly that cluster's (``failover_hold``). A target must have been ``ok`` without a
+  break for at least the threshold (``trusted_clusters``: a cluster that has just come
+  back is not trusted yet). And when no other cluster has answered without a break
+  since the down cluster began failing (every cluster failed at once: the control plane
+  cut off from the fleet, the whole fleet restarting, or a control plane that has just
+  started), the fleet gets a recovery window from the first cluster's answer to come
+  back: the first cluster back does not take every stream of the others.
 - **Standby**: where the streams of a down cluster go, in this order: the failed
   cluster's tag ``standby.<stream>``, then its tag ``standby`` (comma-separated, in order
   of preference), then a cluster with the same ``region`` tag, then any cluster; only
-  clusters whose health is ``ok`` qualify, and ties go to the name (deterministic).
+  the trusted clusters qualify, and ties go to the name (deterministic).
 - **Sealing**: a draining segment is sealed once every live producer of the stream
   reports an epoch at or above the segment's successor (the epoch of the failover that
   drained it) and the segment has drained for at least ``settle_s`` (in-flight batches
@@ -88,32 +96,113 @@ def observe_probe(
     )
 
 
+def answering_since(state: HealthState) -> float | None:
+    """Since when the cluster has answered its probes (``ok``, or ``degraded`` by a
+    probe that succeeded in part), None while its probes fail or before the first."""
+    answering = state.health is ClusterHealth.OK or (
+        state.health is ClusterHealth.DEGRADED and state.failing_since is None
+    )
+    return state.since if answering else None
+
+
+def trusted_clusters(
+    states: Mapping[str, HealthState], now: float, threshold_s: float
+) -> frozenset[str]:
+    """The clusters that may take a down cluster's streams: ``ok`` without a break for
+    at least ``threshold_s`` (as long as a cluster must fail to be down)."""
+    return frozenset(
+        name
+        for name, state in states.items()
+        if state.health is ClusterHealth.OK
+        and state.since is not None
+        and now - state.since >= threshold_s
+    )
+
+
+class HoldReason(StrEnum):
+    """Why a down cluster's streams stay where they are for now (``failover_hold``)."""
+
+    NOT_DOWN = "not down"
+    NO_TRUSTED_TARGET = "no trusted target"
+    FLEET_OUTAGE = "every cluster failed at once"
+
+
+@dataclass(frozen=True)
+class FailoverHold:
+    reason: HoldReason
+    detail: str  # one line for the log
+
+
+def failover_hold(
+    failed: str,
+    states: Mapping[str, HealthState],
+    now: float,
+    threshold_s: float,
+    recovery_s: float,
+) -> FailoverHold | None:
+    """Why the streams of ``failed`` are not to be failed over now, or None when they
+    are. ``states`` holds every probed cluster's health, ``failed``'s included.
+
+    ``failed`` must be ``down`` and some other cluster trusted (``trusted_clusters``).
+    That is all when another cluster has answered without a break since ``failed``
+    began failing: the control plane reached the fleet, and the fault is ``failed``'s.
+    Otherwise every cluster may have failed at once (the control plane cut off from the
+    fleet, the whole fleet restarting, a control plane just started): the failures of
+    that time say nothing about ``failed``, and the fleet gets ``recovery_s`` from the
+    first cluster's answer to come back; ``failed`` is failed over only if it still
+    fails then.
+    """
+    state = states.get(failed, HealthState())
+    if state.health is not ClusterHealth.DOWN or state.failing_since is None:
+        return FailoverHold(HoldReason.NOT_DOWN, f"{failed} is {state.health.value}")
+    others = {name: s for name, s in states.items() if name != failed}
+    if not trusted_clusters(others, now, threshold_s):
+        detail = f"no other cluster has been ok for {threshold_s:g}s"
+        return FailoverHold(HoldReason.NO_TRUSTED_TARGET, detail)
+    failing_since = state.failing_since
+    # Not empty: the trusted clusters answer.
+    first_back = min(t for t in map(answering_since, others.values()) if t is not None)
+    if first_back <= failing_since:
+        return None  # the control plane reached the fleet all along: the fault is failed's
+    back_for = now - first_back
+    if back_for >= recovery_s:
+        return None
+    detail = (
+        f"no other cluster has answered without a break since {failed} began failing "
+        f"{now - failing_since:.1f}s ago (every cluster failed at once: the control plane "
+        f"cut off, or the fleet restarting); the first came back {back_for:.1f}s ago, and "
+        f"{failed} is failed over if it still fails {recovery_s - back_for:.1f}s from now"
+    )
+    return FailoverHold(HoldReason.FLEET_OUTAGE, detail)
+
+
 def choose_standby(
     failed: str,
     stream: str,
     tags: Mapping[str, Mapping[str, str]],
-    health: Mapping[str, ClusterHealth],
+    candidates: Collection[str],
 ) -> str | None:
     """The cluster a stream of the down cluster ``failed`` moves to, or None if none fits.
 
-    ``tags`` maps every registered cluster to its tags; ``health`` to its health.
+    ``tags`` maps every registered cluster to its tags; ``candidates`` are the clusters
+    that may take it (``trusted_clusters``).
     """
 
-    def healthy(name: str) -> bool:
-        return name != failed and name in tags and health.get(name) is ClusterHealth.OK
+    def qualifies(name: str) -> bool:
+        return name != failed and name in tags and name in candidates
 
     own = tags.get(failed, {})
     for key in (f"{STANDBY_TAG}.{stream}", STANDBY_TAG):
         for name in (n.strip() for n in own.get(key, "").split(",")):
-            if name and healthy(name):
+            if name and qualifies(name):
                 return name
     region = own.get(REGION_TAG)
-    candidates = sorted(n for n in tags if healthy(n))
+    ordered = sorted(n for n in tags if qualifies(n))
     if region is not None:
-        same = [n for n in candidates if tags[n].get(REGION_TAG) == region]
+        same = [n for n in ordered if tags[n].get(REGION_TAG) == region]
         if same:
             return same[0]
-    return candidates[0] if candidates else None
+    return ordered[0] if ordered else None
 
 
 def successor_epoch(table: RoutingTable, segment: Segment) -> int | None:
