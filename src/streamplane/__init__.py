@@ -20,6 +20,7 @@ from streamplane.exceptions import (
     PrerequisiteMissing,
     ProduceError,
     RecordTooLarge,
+    StreamDeleted,
     StreamplaneError,
     Unauthorized,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "ProduceError",
     "RecordTooLarge",
     "StreamConsumer",
+    "StreamDeleted",
     "StreamMessage",
     "StreamProducer",
     "StreamplaneError",

@@ -19,6 +19,7 @@ EXPECTED = {
     "RecordTooLarge",
     "StreamConsumer",
     "StreamMessage",
+    "StreamDeleted",
     "StreamProducer",
     "StreamplaneError",
     "Unauthorized",
