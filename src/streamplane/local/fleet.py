@@ -832,11 +832,12 @@ def port_after(
     a broker added to a fleet started with ``--base-port`` stays next to its ports (it
     took any free port, far from them). Failing that (the fleet's last port is at the
     ephemeral range or the top), any free port, as ``free_ports`` chooses."""
-    start = max(taken, default=PORT_SEARCH_FLOOR - 1) + 1
+    start = max(taken, default=PORT_SEARCH_FLOOR - 1) + 1  # above every port taken
     low, high = ephemeral
-    end = low if start < low else 65536
-    for port in range(max(start, high + 1) if low <= start <= high else start, end):
-        if port not in taken and is_free(port):
+    if low <= start <= high:
+        start = high + 1
+    for port in range(start, low if start < low else 65536):
+        if is_free(port):
             return port
     return choose_ports(1, ephemeral, is_free, avoid=taken)[0]
 
