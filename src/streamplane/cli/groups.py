@@ -4,7 +4,9 @@ Reads ``GET /v1/assigner/groups`` and ``GET /v1/groups/{group}/members`` (served
 leader's Assigner; a follower forwards them). The Assigner knows a group from its
 members' heartbeats: a group none of whose members has heartbeated since the control
 plane started (or its replica became the leader) is unknown, one ``error:`` line and
-exit code 1. Time lag is ``streamplane lag``'s.
+exit code 1. In the Assigner's recovery window (after a start or a change of leader)
+``describe`` shows the members heard so far with the units each claims, the units none
+claims and when the window ends. Time lag is ``streamplane lag``'s.
 """
 
 from __future__ import annotations
@@ -18,10 +20,21 @@ from streamplane.cli.connection import connect, connection_options, echo_json, j
 from streamplane.cli.lag import seconds
 from streamplane.cli.output import table
 
-RECOVERING_NOTE = (
-    "recovering: the Assigner has just started (or become the leader); it answers each "
-    "member with the units it claims and balances the group once it has heard them all"
-)
+
+def recovering_note(ends_s: float | None) -> str:
+    """What the Assigner does with a group in its recovery window, and when it ends
+    (``ends_s`` None: not said, as by a control plane older than the field)."""
+    start = "recovering: the Assigner has just started (or become the leader)"
+    if ends_s is None or ends_s > 0:
+        return (
+            f"{start}; {'' if ends_s is None else f'for {seconds(ends_s)} more '}it answers "
+            "each member with the units it claims, then rebuilds the group from those "
+            "claims and balances it"
+        )
+    return (
+        f"{start}; its recovery window is over: the group's next heartbeat rebuilds it "
+        "from these claims and balances it"
+    )
 
 
 @click.group("groups")
@@ -68,31 +81,23 @@ def groups_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def describe_text(doc: Mapping[str, Any]) -> str:
+    """The group as ``groups describe`` prints it. While the Assigner is recovering, the
+    members are those heard so far and their units the ones they claim."""
+    if doc["recovering"]:
+        return _recovering_text(doc)
     pending = doc["pending_release"]
     lines = [
-        f"group       {doc['group']}",
-        f"stream      {doc['stream']} (lanes {' > '.join(doc['lanes'])})",
-        f"generation  {doc['generation']}",
+        *_heading(doc),
         f"units       {doc['units']} ({len(doc['unowned'])} unowned, "
         f"{len(pending)} pending release)",
+        "",
     ]
-    if doc["recovering"]:
-        lines.append(RECOVERING_NOTE)
-    lines.append("")
     if doc["members"]:
         lines.append(
             table(
                 ["member", "cpu", "records/s", "lease left", "units", "releasing", "holds"],
                 [
-                    [
-                        m["member_id"],
-                        f"{m['cpu']:.0%}",
-                        f"{m['records_per_s']:.1f}",
-                        seconds(m["lease_s"]),
-                        len(m["units"]),
-                        len(m["releasing"]),
-                        compact_units(m["units"]),
-                    ]
+                    [*_member_cells(m), len(m["releasing"]), compact_units(m["units"])]
                     for m in doc["members"]
                 ],
             )
@@ -121,6 +126,46 @@ def describe_text(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recovering_text(doc: Mapping[str, Any]) -> str:
+    lines = [
+        *_heading(doc),
+        f"units       {doc['units']} ({len(doc['unowned'])} unclaimed)",
+        recovering_note(doc.get("recovery_ends_s")),
+        "",
+    ]
+    if doc["members"]:
+        lines += [
+            "members heard so far, with the units each claims:",
+            table(
+                ["member", "cpu", "records/s", "lease left", "units", "claims"],
+                [[*_member_cells(m), compact_units(m["units"])] for m in doc["members"]],
+            ),
+        ]
+    else:
+        lines.append("members: none heard yet")
+    if doc["unowned"]:
+        lines += ["", f"unclaimed: {compact_units(doc['unowned'])}"]
+    return "\n".join(lines)
+
+
+def _heading(doc: Mapping[str, Any]) -> list[str]:
+    return [
+        f"group       {doc['group']}",
+        f"stream      {doc['stream']} (lanes {' > '.join(doc['lanes'])})",
+        f"generation  {doc['generation']}",
+    ]
+
+
+def _member_cells(member: Mapping[str, Any]) -> list[Any]:
+    return [
+        member["member_id"],
+        f"{member['cpu']:.0%}",
+        f"{member['records_per_s']:.1f}",
+        seconds(member["lease_s"]),
+        len(member["units"]),
+    ]
+
+
 @groups.command("list")
 @json_option
 @connection_options
@@ -142,7 +187,9 @@ def list_(as_json: bool, url: str, token: str | None) -> None:
 @connection_options
 def describe(group: str, as_json: bool, url: str, token: str | None) -> None:
     """GROUP's members (CPU, records/s, lease left, units held), the units being released
-    and to whom, and the units no member holds."""
+    and to whom, and the units no member holds. While the Assigner is recovering (just
+    started, or become the leader): the members heard so far, the units each claims, the
+    units none claims and when the recovery window ends."""
     with connect(url, token) as cp:
         doc = cp.describe_group(group)
     if as_json:

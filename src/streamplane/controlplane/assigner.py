@@ -9,7 +9,9 @@ become the leader: only the leader's Assigner answers) rebuilds it from the memb
 themselves. For ``recovery_s`` after start (a little more than a lease), heartbeats are
 answered with exactly the units each member claims to hold, so nothing moves while the
 Assigner cannot yet know who holds what; then the state is rebuilt from those claims
-(``core.assignment.restore``) and normal balancing resumes.
+(``core.assignment.restore``) and normal balancing resumes. ``describe`` shows a group
+in its window as the Assigner knows it: the members heard so far with the units each
+claims, the group's units no member claims, and when the window ends.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from streamplane.core import assignment as core
 from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
 from streamplane.core.routing import RoutingTable
-from streamplane.exceptions import ConfigError
+from streamplane.exceptions import ConfigError, NotFound
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,23 @@ class HeartbeatAnswer:
     joined: bool = False  # the member was admitted (new, or its lease had expired)
 
 
+@dataclass(frozen=True)
+class _Claim:
+    """What a member said in a heartbeat during the recovery window."""
+
+    load: MemberLoad
+    units: frozenset[WorkUnit]
+    heard_at: float  # when (the Assigner's clock): its answer's lease ran from then
+
+
 @dataclass
 class _Group:
     stream: str
     lanes: tuple[str, ...]
     epoch: int = -1
     state: core.GroupState | None = None
-    # During recovery: member -> (load, claimed units).
-    claims: dict[str, tuple[MemberLoad, frozenset[WorkUnit]]] = field(default_factory=dict)
+    # During recovery: each member's last claim.
+    claims: dict[str, _Claim] = field(default_factory=dict)
 
 
 class AssignerService:
@@ -173,11 +184,12 @@ class AssignerService:
                 group = self._groups[group_id] = _Group(stream, tuple(lanes))
             if group.state is None and now < self._recover_until:
                 claimed = frozenset(claims)
-                group.claims[member_id] = (load, claimed)
+                group.claims[member_id] = _Claim(load, claimed, now)
                 return HeartbeatAnswer(claimed, frozenset(), self.config.lease_ttl_s, 0)
             units = self._units(group)
             if group.state is None:
-                group.state = core.restore(self.config, units, group.claims, now)
+                claimed_by = {m: (c.load, c.units) for m, c in group.claims.items()}
+                group.state = core.restore(self.config, units, claimed_by, now)
                 group.claims.clear()
             else:
                 group.state = core.set_work_units(group.state, units)
@@ -201,7 +213,9 @@ class AssignerService:
     def describe(self, group_id: str) -> dict[str, object]:
         """Members (their units, those they must release, lease seconds left, CPU and
         records/s), the units pending release with their next holder, the units no
-        member holds, the generation. KeyError for a group no member heartbeated to."""
+        member holds, the generation; in the recovery window, the members heard so far
+        with the units they claim, the units nobody claims and the seconds until the
+        window ends. KeyError for a group no member heartbeated to."""
         now = self._clock()
         with self._lock:
             group = self._groups.get(group_id)
@@ -216,45 +230,53 @@ class AssignerService:
             return [self._describe(g, self._groups[g], now) for g in sorted(self._groups)]
 
     def _describe(self, group_id: str, group: _Group, now: float) -> dict[str, object]:
-        state = group.state
-        if state is not None:
-            state = group.state = core.expire(state, now)
-        members = []
-        pending = []
-        unowned: list[str] = []
-        if state is not None:
-            for m in state.members.values():
-                members.append(
-                    {
-                        "member_id": m.member_id,
-                        "units": sorted(_unit_json(u) for u in m.active),
-                        "releasing": sorted(_unit_json(u) for u in m.releasing),
-                        "lease_s": round(max(0.0, m.lease_expiry - now), 3),
-                        "cpu": m.load.cpu,
-                        "records_per_s": m.load.records_per_s,
-                    }
-                )
-            for unit, release in state.pending.items():
-                pending.append(
-                    {
-                        "unit": _unit_json(unit),
-                        "holder": release.holder,
-                        "target": release.target,
-                        "deadline_s": round(max(0.0, release.deadline - now), 3),
-                    }
-                )
-            pending.sort(key=lambda p: str(p["unit"]))
-            unowned = sorted(_unit_json(u) for u in state.work_units if u not in state.owners)
+        if group.state is None:
+            return self._describe_recovering(group_id, group, now)
+        state = group.state = core.expire(group.state, now)
+        members = [
+            _member_json(m.member_id, m.load, m.active, m.releasing, m.lease_expiry - now)
+            for m in state.members.values()
+        ]
+        pending = [
+            {
+                "unit": _unit_json(unit),
+                "holder": release.holder,
+                "target": release.target,
+                "deadline_s": round(max(0.0, release.deadline - now), 3),
+            }
+            for unit, release in state.pending.items()
+        ]
+        pending.sort(key=lambda p: str(p["unit"]))
         return {
-            "group": group_id,
-            "stream": group.stream,
-            "lanes": list(group.lanes),
-            "generation": state.generation if state is not None else 0,
-            "recovering": state is None,
-            "units": len(state.work_units) if state is not None else 0,
+            **_group_json(group_id, group, state.generation, state.work_units),
+            "recovering": False,
+            "recovery_ends_s": None,
             "members": members,
             "pending_release": pending,
-            "unowned": unowned,
+            "unowned": sorted(_unit_json(u) for u in state.work_units if u not in state.owners),
+        }
+
+    def _describe_recovering(self, group_id: str, group: _Group, now: float) -> dict[str, object]:
+        """A group in the recovery window: what the Assigner knows so far, from the
+        claims of the members it heard (each answered with what it claims, a lease
+        from then). Once the window is over, the next heartbeat rebuilds the group from
+        these claims (``core.assignment.restore``). Called with the lock held."""
+        try:
+            units = self._units(group)
+        except NotFound:
+            units = frozenset()  # the stream is gone: so are its units
+        claimed = {u for c in group.claims.values() for u in c.units}
+        ttl = self.config.lease_ttl_s
+        return {
+            **_group_json(group_id, group, 0, units),
+            "recovering": True,
+            "recovery_ends_s": round(max(0.0, self._recover_until - now), 3),
+            "members": [
+                _member_json(m, c.load, c.units, frozenset(), c.heard_at + ttl - now)
+                for m, c in sorted(group.claims.items())
+            ],
+            "pending_release": [],
+            "unowned": sorted(_unit_json(u) for u in units if u not in claimed),
         }
 
     def groups(self) -> list[str]:
@@ -264,6 +286,35 @@ class AssignerService:
 
 def _unit_json(u: WorkUnit) -> str:
     return f"{u.cluster}/{u.topic}/{u.partition}"
+
+
+def _group_json(
+    group_id: str, group: _Group, generation: int, units: frozenset[WorkUnit]
+) -> dict[str, object]:
+    return {
+        "group": group_id,
+        "stream": group.stream,
+        "lanes": list(group.lanes),
+        "generation": generation,
+        "units": len(units),
+    }
+
+
+def _member_json(
+    member_id: str,
+    load: MemberLoad,
+    units: frozenset[WorkUnit],
+    releasing: frozenset[WorkUnit],
+    lease_s: float,
+) -> dict[str, object]:
+    return {
+        "member_id": member_id,
+        "units": sorted(_unit_json(u) for u in units),
+        "releasing": sorted(_unit_json(u) for u in releasing),
+        "lease_s": round(max(0.0, lease_s), 3),
+        "cpu": load.cpu,
+        "records_per_s": load.records_per_s,
+    }
 
 
 def _has_live_members(group: _Group, now: float) -> bool:

@@ -61,7 +61,10 @@ UNIT_FORMAT = "cluster/topic/partition"
 
 class GroupMemberOut(BaseModel):
     member_id: str
-    units: list[str] = Field(description=f"The units it may process ({UNIT_FORMAT}).")
+    units: list[str] = Field(
+        description=f"The units it may process ({UNIT_FORMAT}); while the Assigner is "
+        "recovering, the units it claims in its heartbeats (and was answered with)."
+    )
     releasing: list[str] = Field(description="Units it holds and was told to release.")
     lease_s: float = Field(description="Seconds until its lease ends.")
     cpu: float = Field(description="Share of its CPU in use (0..1), as it last reported.")
@@ -85,16 +88,27 @@ class GroupOut(BaseModel):
     lanes: list[str]
     generation: int
     recovering: bool = Field(
-        description="The Assigner has just started or become the leader: it answers each "
-        "member with the units it claims, and balances once it has heard them all."
+        description="The Assigner has just started or become the leader (or its process "
+        "was paused): for a recovery window it answers each member with the units it "
+        "claims, then rebuilds the group from those claims and balances it. Meanwhile "
+        "`members` are the members heard so far with the units each claims, and "
+        "`unowned` the units none of them claims."
+    )
+    recovery_ends_s: float | None = Field(
+        default=None,
+        description="While recovering: seconds until the recovery window ends (0: it is "
+        "over, and the group's next heartbeat rebuilds it); null otherwise.",
     )
     units: int = Field(
         description="Work units (partitions of the lanes' readable segments), as of the "
-        "group's last heartbeat."
+        "group's last heartbeat (while recovering, as of now)."
     )
     members: list[GroupMemberOut]
     pending_release: list[PendingReleaseOut]
-    unowned: list[str] = Field(description=f"Units no member holds ({UNIT_FORMAT}).")
+    unowned: list[str] = Field(
+        description=f"Units no member holds ({UNIT_FORMAT}); while recovering, units no "
+        "member heard so far claims."
+    )
 
 
 class GroupSummaryOut(BaseModel):
