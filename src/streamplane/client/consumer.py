@@ -48,7 +48,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from types import TracebackType
 from typing import Any, Self
 
@@ -86,6 +87,13 @@ _MAX_BATCH = 500
 _BATCH_BUDGET_S = 0.05
 # The load reported to the Assigner is smoothed with this time constant (seconds).
 _LOAD_SMOOTHING_S = 5.0
+# While ``run``'s poll thread waits for a free handler thread, or for its handlers to
+# finish once the run stops, it keeps house this often: acks folded and committed on
+# time, retries released, units handed over. Before, it did nothing while it waited
+# (a downstream stalled every handler: no commit for 30 s, then the pod's SIGKILL).
+_WAIT_STEP_S = 0.2
+# How often a run that stopped says what its handlers still hold.
+_DRAIN_LOG_EVERY_S = 5.0
 _STATS_INTERVAL_MS = 2000  # the fetching clients' statistics: watermarks, prefetched records
 # A partition a fetching client has handed out alone for this long, while it holds
 # records of another partition of its lane, goes to the back of the client's queue
@@ -280,6 +288,17 @@ def _not_run(awaitable: object) -> TypeError:
         f"the handler returned {type(awaitable).__name__} instead of handling the record: "
         "run does not await; give it a plain function"
     )
+
+
+def _forget_task(
+    tasks: dict[Future[None], StreamMessage | None],
+) -> Callable[[Future[None]], None]:
+    """A done callback that drops a finished task from ``run``'s map of tasks."""
+
+    def forget(future: Future[None]) -> None:
+        tasks.pop(future, None)
+
+    return forget
 
 
 def _offset_order(msg: StreamMessage) -> tuple[str, str, int, int]:
@@ -1812,32 +1831,56 @@ class StreamConsumer:
                 slots.release()
 
         left: list[StreamMessage] = []  # polled as the run ended: not started
+        # Tasks given to the pool and not done: the record of an unordered one (None for
+        # a key's: its records stay in its queue until handled).
+        tasks: dict[Future[None], StreamMessage | None] = {}
+        forget = _forget_task(tasks)
+
+        def submit(fn: Callable[..., None], *args: Any) -> None:
+            future = pool.submit(fn, *args)
+            tasks[future] = args[0] if fn is work else None
+            future.add_done_callback(forget)
+
+        def take_slot() -> bool:
+            """A place for one more task; False if the run ended while every place was
+            taken (every handler slow: a downstream stalled). Meanwhile the consumer
+            keeps house: the acks of the handlers that finish are committed on time."""
+            while not slots.acquire(timeout=_WAIT_STEP_S):
+                if ended():
+                    return False
+                self._keep_house()
+            return True
+
         self._run_thread = threading.get_ident()
         self._run_closes = True  # a close requested on this thread waits for the pool
+        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler")
         try:
-            with ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler") as pool:
-                while not stop.is_set() and not self._closed:
-                    polled = self.poll(0.2)
-                    if polled is None:
-                        continue
-                    msg = polled
-                    if stop.is_set():
+            while not stop.is_set() and not self._closed:
+                polled = self.poll(0.2)
+                if polled is None:
+                    continue
+                msg = polled
+                if stop.is_set():
+                    left.append(msg)
+                    break
+                key = msg.key if key_ordered else None
+                if key is not None:
+                    with key_lock:
+                        queue = key_queues.get(key)
+                        if queue is not None:
+                            queue.append(msg)  # after the records before it
+                            continue
+                        key_queues[key] = deque((msg,))
+                    if not take_slot():
+                        break  # msg is its key's queue: put back with it
+                    submit(work_key, msg, key)
+                else:  # unordered, or a record without a key: no order to keep
+                    if not take_slot():
                         left.append(msg)
                         break
-                    key = msg.key if key_ordered else None
-                    if key is not None:
-                        with key_lock:
-                            queue = key_queues.get(key)
-                            if queue is not None:
-                                queue.append(msg)  # after the records before it
-                                continue
-                            key_queues[key] = deque((msg,))
-                        slots.acquire()
-                        pool.submit(work_key, msg, key)
-                    else:  # unordered, or a record without a key: no order to keep
-                        slots.acquire()
-                        pool.submit(work, msg)
+                    submit(work, msg)
         finally:
+            left += self._drain_pool(pool, tasks)
             self._run_closes = False
             self._run_thread = None
             # The tasks are done: what is still queued behind a key was never started.
@@ -1846,8 +1889,51 @@ class StreamConsumer:
             if left and not self._closed and self._gone is None:
                 left.sort(key=_offset_order)
                 self._hand_back(left)
+            elif left:  # never seen by the application: read again by the next reader
+                self.stats["delivered"] -= len(left)
             if self._close_requested:
                 self._finish_requested_close()
+
+    def _drain_pool(
+        self, pool: ThreadPoolExecutor, tasks: dict[Future[None], StreamMessage | None]
+    ) -> list[StreamMessage]:
+        """End ``run``'s pool: the tasks not started are cancelled (their records are
+        returned, to be put back unsettled: a stopping pod handled up to ``concurrency``
+        more records, each at the downstream's pace, past its grace period), and those
+        running are waited for while the consumer keeps house, so each ack is committed
+        within ``commit_interval_s`` of its handler's end, not only by the closing
+        commit (the SIGKILL at the end of a grace period came first, and every record
+        handled since the stop was handled again)."""
+        not_started: list[StreamMessage] = []
+        for future, msg in tasks.copy().items():  # one step: done tasks leave meanwhile
+            if future.cancel() and msg is not None:
+                not_started.append(msg)
+        running = {f for f in tasks.copy() if not f.done()}
+        started = time.monotonic()
+        next_log = started + _DRAIN_LOG_EVERY_S
+        while running:
+            _, running = wait_for_futures(running, _WAIT_STEP_S, FIRST_COMPLETED)
+            self._keep_house()
+            if running and time.monotonic() >= next_log:
+                next_log += _DRAIN_LOG_EVERY_S
+                log.info(
+                    "%s (group %s): run stopping: %s still being handled after %.0f s "
+                    "(acks committed as they finish)",
+                    self.stream,
+                    self.group,
+                    counted(len(running), "record"),
+                    time.monotonic() - started,
+                )
+        pool.shutdown(wait=True)
+        return not_started
+
+    def _keep_house(self) -> None:
+        """Housekeeping between polls, for a thread that waits instead of polling (``run``
+        waiting for its handler threads): acks folded, retries released, commits on
+        time, units handed over. Nothing once the consumer is torn down."""
+        with self._polling:
+            if not self._torn_down and self._opened:
+                self._housekeeping()
 
     def _load_report(self) -> tuple[float, float, list[dict[str, Any]]]:
         """CPU, records/s handled successfully and per-unit throughput, smoothed over
