@@ -681,7 +681,8 @@ class StreamConsumer:
         Safe from a signal handler, and from anything else that runs on the thread that
         polls while it polls: the close is then only requested, and completed as the
         poll returns (it returns at once): the iteration ends, and ``run`` returns once
-        the records its threads hold are handled, their acks in the closing commit."""
+        the records its threads have started are handled, their acks in the closing
+        commit."""
         if self._closed or not self._opened:
             self._closed = True
             if self._close_requested and not self._run_closes and not self._polling_is_mine():
@@ -1728,9 +1729,11 @@ class StreamConsumer:
         order. With ``key_ordered``, records with the same key are handled one at a time
         in offset order; records without a key (None) have no order to keep and are
         handled like unordered ones. A record waiting behind its key holds no thread and
-        does not keep other keys' records from the pool. Once ``stop`` is set, a key's
-        records not started yet are not started: they are put back, unsettled (handed
-        out again by a later ``run`` or iteration, or read again after a restart). An
+        does not keep other keys' records from the pool. Once ``stop`` is set, records
+        not started yet (queued for the threads, or behind their key) are not started:
+        they are put back, unsettled (handed out again by a later ``run`` or iteration,
+        or read again after a restart); the consumer keeps committing while it waits for
+        the threads to finish what they started. An
         exception of a ``non_retryable`` type (a record that can never succeed:
         undecodable, invalid) rejects the record at once, to the dlq lane, instead of
         retrying it ``max_attempts`` times.
