@@ -9,7 +9,8 @@ Reading::
         .option("token", "...")                 # optional (reads need none)
         .option("lanes", "realtime,bulk")       # default: every lane but the dlq
         .option("maxRecordsPerTrigger", 50000)  # admission control (rows)
-        .option("maxBytesPerTrigger", 64 << 20) # admission control (bytes, estimated)
+        .option("maxBytesPerTrigger", 64 << 20) # admission control (bytes, from sampled sizes)
+        .option("estimatedRecordBytes", 512)    # bytes a record until a sample is read
         .option("startingOffsets", "committed") # committed | earliest | latest
         .load()
 
@@ -28,10 +29,12 @@ from dataclasses import dataclass
 from streamplane.client.control_plane import DEFAULT_URL
 from streamplane.core.routing import DLQ_LANE, validate_lane_name, validate_stream_name
 from streamplane.exceptions import ConfigError
+from streamplane.pipeline.planning import FIRST_GUESS_RECORD_BYTES
 
 STARTING_OFFSETS = ("committed", "earliest", "latest")
 DEFAULT_SPLIT_RECORDS = 100_000
-DEFAULT_ESTIMATED_RECORD_BYTES = 512
+# maxBytesPerTrigger's bytes per record until the stream's records have been sampled.
+DEFAULT_ESTIMATED_RECORD_BYTES = FIRST_GUESS_RECORD_BYTES
 
 
 @dataclass(frozen=True)
@@ -47,16 +50,6 @@ class ReadOptions:
     starting_offsets: str = "committed"
     max_records_per_split: int = DEFAULT_SPLIT_RECORDS
     commit_to_kafka: bool = True
-
-    @property
-    def max_rows(self) -> int | None:
-        """Admission control in rows: the tighter of the row and (estimated) byte limits."""
-        limits = []
-        if self.max_records_per_trigger is not None:
-            limits.append(self.max_records_per_trigger)
-        if self.max_bytes_per_trigger is not None:
-            limits.append(max(1, self.max_bytes_per_trigger // self.estimated_record_bytes))
-        return min(limits) if limits else None
 
 
 @dataclass(frozen=True)
@@ -96,20 +89,40 @@ def _positive(options: Mapping[str, str], name: str) -> int | None:
     return number
 
 
+# The names of the control plane's URL: ``controlPlane`` and its aliases.
+CONTROL_PLANE_OPTIONS = ("controlPlane", "control_plane", "url")
+
+
 def _url(options: Mapping[str, str]) -> str:
-    url = _get(options, "controlPlane", "control_plane", "url") or DEFAULT_URL
+    """The control plane's URL. Two of its names with different values are refused, as
+    Spark's own sources refuse contradicting options: one of them was ignored without a
+    word (``url`` read as Kafka's bootstrap servers, say, while ``controlPlane`` won)."""
+    given = {name: _get(options, name) for name in CONTROL_PLANE_OPTIONS}
+    named = {name: value for name, value in given.items() if value is not None}
+    if len(set(named.values())) > 1:
+        raise ConfigError(
+            f"options {_and(list(named))} name the control plane with different values "
+            f"({', '.join(f'{n}={v!r}' for n, v in named.items())}): give one of them (they "
+            "are aliases). Kafka's bootstrap servers are no option: the source takes each "
+            "cluster's from the control plane"
+        )
+    name, url = next(iter(named.items()), ("controlPlane", DEFAULT_URL))
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"option 'controlPlane' must be an http(s) URL, got {url!r}")
+        raise ConfigError(f"option {name!r} must be an http(s) URL, got {url!r}")
     return url
+
+
+def _and(names: list[str]) -> str:
+    """``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    quoted = [repr(n) for n in names]
+    return ", ".join(quoted[:-1]) + f" and {quoted[-1]}"
 
 
 # The reader's options (matched without regard to case, as Spark does).
 READ_OPTIONS = (
     "stream",
     "group",
-    "controlPlane",
-    "control_plane",
-    "url",
+    *CONTROL_PLANE_OPTIONS,
     "token",
     "lanes",
     "startingOffsets",

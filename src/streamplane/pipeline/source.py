@@ -14,7 +14,10 @@ Reading (PySpark's Python data source API, 4.2):
   two micro-batches: the new segment joins at its first offset, the draining one is
   read to its end. A partition whose watermarks cannot be read (its broker down, its
   leader moving) is left out alone, its offset held, until it answers; a cluster that
-  does not answer at all is left out whole (see ``_watermarks``).
+  does not answer at all is left out whole (see ``_watermarks``). With
+  ``startingOffsets=latest`` such a partition joins where ``latest`` would have put it
+  (``_where_latest_was``). ``maxBytesPerTrigger`` is met at the bytes per record of a
+  sample of the records the micro-batch reads (``_sample_record_sizes``).
 - ``partitions(start, end)`` cuts each Kafka partition's range into splits;
   ``read(split)`` runs on executors with confluent-kafka (assign + seek, read to the
   split's end offset) and yields ``pyarrow.RecordBatch`` es. Consumers are kept per
@@ -39,10 +42,10 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka import KafkaException as _RawKafkaException
 from pyspark.sql.datasource import (
     DataSource,
@@ -79,6 +82,8 @@ from streamplane.pipeline.planning import (
     Limit,
     PartitionInfo,
     PartitionKey,
+    QueryStart,
+    RecordSizes,
     SourceOffset,
     plan_end,
     plan_splits,
@@ -126,6 +131,12 @@ _PLANNING_METADATA_REFRESH_MS = 5_000
 # How long planning waits for a group's committed offsets (retrying while its
 # coordinator moves) before it leaves the partitions for the next micro-batch.
 _COMMITTED_TIMEOUT_S = 10.0
+# maxBytesPerTrigger: the records sampled at the start of each partition a micro-batch
+# reads, to learn its topic's bytes per record.
+_SAMPLED_RECORDS = 50
+# How long the driver waits for the records it peeks at (a sample, the record at a
+# committed offset); a partition that has not answered by then is left unsampled.
+_PEEK_TIMEOUT_S = 2.0
 _ARROW_BATCH_ROWS = 20_000
 
 
@@ -225,6 +236,7 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._table: RoutingTable | None = None
         self._bootstraps: dict[str, str] = {}
         self._consumers: dict[str, Consumer] = {}
+        self._peekers: dict[str, Consumer] = {}  # cluster -> the consumer of _peek
         self._stores: dict[str, CommitStore] = {}
         self._known: dict[PartitionKey, _Known] = {}
         self._high: dict[PartitionKey, int] = {}
@@ -236,6 +248,12 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self._unanswered: dict[str, str] = {}  # cluster -> why it did not answer
         self._unavailable: dict[PartitionKey, str] = {}  # partition -> why it did not answer
         self._suspects: set[PartitionKey] = set()  # partitions whose last query failed
+        # cluster -> why the group's committed offsets could not be read there
+        self._progress_unreadable: dict[str, str] = {}
+        # cluster -> why where ``latest`` put its partitions could not be read there
+        self._start_unreadable: dict[str, str] = {}
+        self._sizes = RecordSizes(options.estimated_record_bytes)
+        self._query_start: QueryStart | None = None  # latest: when this reader started
 
     # -------------------------------------------------------------- driver plumbing
     def _cp(self) -> ControlPlaneClient:
@@ -400,13 +418,10 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                     [(i.key.topic, i.key.partition) for i in items], timeout_s=_COMMITTED_TIMEOUT_S
                 )
             except KafkaError as exc:
-                log.warning(
-                    "committed offsets of %d partitions on %s unreadable (%s): they join "
-                    "once the group's progress can be read",
-                    len(items), cluster, exc,
-                )  # fmt: skip
+                self._progress_unreadable_on(cluster, exc)
                 deferred.update(i.key for i in items)
                 continue
+            self._progress_readable_on(cluster)
             for info in items:
                 _, offset = loaded.get((info.key.topic, info.key.partition), (None, None))
                 self._group_offsets[info.key] = offset
@@ -423,17 +438,103 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             out.append(info)
         return out
 
+    def _progress_unreadable_on(self, cluster: str, exc: KafkaError) -> None:
+        cause = exc.code or type(exc).__name__
+        if self._progress_unreadable.get(cluster) != cause:
+            log.warning(
+                "committed offsets of group %s on %s unreadable (%s; its coordinator's "
+                "broker may be down): the partitions first seen there wait, asked again "
+                "every micro-batch, and join at the group's progress once it is read",
+                self.options.group, cluster, exc,
+            )  # fmt: skip
+        self._progress_unreadable[cluster] = cause
+
+    def _progress_readable_on(self, cluster: str) -> None:
+        if self._progress_unreadable.pop(cluster, None) is not None:
+            log.warning(
+                "committed offsets of group %s on %s readable again: the waiting partitions "
+                "join at the group's progress",
+                self.options.group, cluster,
+            )  # fmt: skip
+
+    def _where_latest_was(
+        self, infos: list[PartitionInfo], begin: SourceOffset
+    ) -> list[PartitionInfo]:
+        """``latest``: a partition joining after the start that was in the routing then
+        (it did not answer at the start) joins where ``latest`` would have put it, the
+        first offset appended at or after the query's start (stream topics stamp
+        records with the broker's append time), or at its end if none was; a failover's
+        segment newer than the start joins at its beginning, as ``_partition_infos`` put
+        it. A partition whose offset by time cannot be read waits for a later
+        micro-batch. Without the start (an offset of an older version), it joins at its
+        beginning."""
+        since = begin.query_start
+        if since is None:
+            return infos
+        by_cluster: dict[str, list[PartitionInfo]] = {}
+        for info in infos:
+            if info.key not in begin.partitions and not since.predates(info.segment_epoch):
+                by_cluster.setdefault(info.key.cluster, []).append(info)
+        placed: dict[PartitionKey, int | None] = {}  # None: unknown, wait
+        for cluster, items in by_cluster.items():
+            asked = [TopicPartition(i.key.topic, i.key.partition, since.time_ms) for i in items]
+            try:
+                answers = self._consumer(cluster).offsets_for_times(
+                    asked, timeout=_WATERMARK_TIMEOUT_S
+                )
+            except _RawKafkaException as exc:
+                self._start_unreadable_on(cluster, *_error_of(exc))
+                placed.update(dict.fromkeys((i.key for i in items), None))
+                continue
+            self._start_unreadable.pop(cluster, None)
+            for info, answer in zip(items, answers, strict=True):
+                if answer.error is not None:
+                    self._start_unreadable_on(cluster, answer.error.name(), answer.error.str())
+                    placed[info.key] = None
+                elif answer.offset < 0:  # nothing appended since the start
+                    placed[info.key] = info.end_offset
+                else:
+                    placed[info.key] = min(max(answer.offset, info.join_offset), info.end_offset)
+        out = []
+        for info in infos:
+            if info.key in placed:
+                offset = placed[info.key]
+                if offset is None:
+                    continue
+                info = replace(info, join_offset=offset)
+            out.append(info)
+        return out
+
+    def _start_unreadable_on(self, cluster: str, cause: str, text: str) -> None:
+        if self._start_unreadable.get(cluster) != cause:
+            log.warning(
+                "offsets by time on %s unreadable (%s): its partitions that join after the "
+                "query started at latest wait for a later micro-batch",
+                cluster, text,
+            )  # fmt: skip
+        self._start_unreadable[cluster] = cause
+
     # -------------------------------------------------------------- Spark API (driver)
     def initialOffset(self) -> dict[str, Any]:
         table = self._routing()
+        if self.options.starting_offsets == "latest" and self._query_start is None:
+            # Taken before the watermarks: what is appended from now on is new. Kept,
+            # since Spark asks twice and both answers must carry the same start.
+            self._query_start = QueryStart(table.epoch, int(time.time() * 1000))
         infos = self._partition_infos(table, self.options.starting_offsets)
         # Not marked committed: the first latestOffset commits where the query starts, so
         # the lag monitor tracks the group from then, not from the end of micro-batch 0.
-        return SourceOffset(table.epoch, {i.key: i.join_offset for i in infos}).to_json()
+        offsets = {i.key: i.join_offset for i in infos}
+        return SourceOffset(table.epoch, offsets, self._query_start).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        rows = self.options.max_rows
-        return ReadAllAvailable() if rows is None else ReadMaxRows(rows)
+        """The row limit, else the byte limit (Spark hands it back to ``latestOffset``,
+        which applies both)."""
+        if self.options.max_records_per_trigger is not None:
+            return ReadMaxRows(self.options.max_records_per_trigger)
+        if self.options.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         # Spark plans a micro-batch only once the previous one is done, so ``start`` is
@@ -443,15 +544,39 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         begin = SourceOffset.from_json(start)
         table = self._routing()
         # Partitions first seen after the query started (a failover's new segment)
-        # start at their beginning, or at the group's committed offset if any.
+        # start at their beginning, or at the group's committed offset if any; with
+        # latest, one that did not answer at the start where latest would have put it.
         joining = (
             "earliest"
             if self.options.starting_offsets == "latest"
             else (self.options.starting_offsets)
         )
         infos = self._partition_infos(table, joining, begin.partitions)
-        end = plan_end(begin, infos, _limit(limit, self.options), table.epoch)
+        if self.options.starting_offsets == "latest":
+            infos = self._where_latest_was(infos, begin)
+        bounds = _limit(limit, self.options)
+        if bounds.max_bytes is not None:
+            self._sample_record_sizes(begin, infos)
+        end = plan_end(begin, infos, bounds, table.epoch, self._sizes)
         return end.to_json()
+
+    def _sample_record_sizes(self, begin: SourceOffset, infos: Sequence[PartitionInfo]) -> None:
+        """Learn the bytes per record of the topics this micro-batch may read from the
+        first records of each partition's range (maxBytesPerTrigger)."""
+        by_cluster: dict[str, dict[PartitionKey, tuple[int, int]]] = {}
+        for info in infos:
+            at = begin.partitions.get(info.key)
+            if at is not None and info.end_offset > at:
+                stop = min(info.end_offset, at + _SAMPLED_RECORDS)
+                by_cluster.setdefault(info.key.cluster, {})[info.key] = (at, stop)
+        for cluster, ranges in by_cluster.items():
+            sampled: dict[str, tuple[int, int]] = {}  # topic -> (bytes, records)
+            for key, records in self._peek(cluster, ranges).items():
+                total, count = sampled.get(key.topic, (0, 0))
+                total += sum(_record_bytes(record) for record in records)
+                sampled[key.topic] = (total, count + len(records))
+            for topic, (total, count) in sampled.items():
+                self._sizes.observe(topic, total, count)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         if not self._high:
@@ -541,34 +666,59 @@ class StreamplaneStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     ) -> dict[PartitionKey, int]:
         """Ingestion time of the record at each (partition, offset); bounded wait, so an
         unknown one is simply missing."""
-        found: dict[PartitionKey, int] = {}
-        if not items:
+        peeked = self._peek(cluster, {key: (offset, offset + 1) for key, offset in items})
+        return {key: records[0].timestamp()[1] for key, records in peeked.items()}
+
+    def _peek(
+        self, cluster: str, ranges: Mapping[PartitionKey, tuple[int, int]]
+    ) -> dict[PartitionKey, list[Message]]:
+        """The records of each partition's range [start, stop) of one cluster; bounded
+        wait, so a partition that does not answer in time has fewer, or none, and once
+        every partition gave records, a pause ends it (a range with a gap, such as a
+        transaction marker, would otherwise wait out the deadline). The consumer is
+        kept for the next micro-batch (a new one cost ~100 ms each time)."""
+        found: dict[PartitionKey, list[Message]] = {}
+        wanted = sum(stop - start for start, stop in ranges.values())
+        if wanted <= 0:
             return found
-        wanted = dict(items)
-        peeker = Consumer(
-            consumer_config(
-                self._bootstrap(cluster), f"{self.options.group}.sp-peek", {"fetch.wait.max.ms": 10}
+        peeker = self._peekers.get(cluster)
+        if peeker is None:
+            peeker = Consumer(
+                consumer_config(
+                    self._bootstrap(cluster),
+                    f"{self.options.group}.sp-peek",
+                    {"fetch.wait.max.ms": 10},
+                )
             )
-        )
+            self._peekers[cluster] = peeker
         try:
-            peeker.assign([TopicPartition(k.topic, k.partition, o) for k, o in items])
-            deadline = time.monotonic() + 2.0
-            while len(found) < len(wanted) and time.monotonic() < deadline:
-                for msg in consume_available(peeker, len(wanted), 0.2):
+            peeker.assign([TopicPartition(k.topic, k.partition, s) for k, (s, _) in ranges.items()])
+            deadline = time.monotonic() + _PEEK_TIMEOUT_S
+            seen = 0
+            while seen < wanted and time.monotonic() < deadline:
+                batch = consume_available(peeker, wanted, 0.2)
+                if not batch and all(found.get(key) for key in ranges):
+                    break
+                for msg in batch:
                     if msg.error():
                         continue
                     key = PartitionKey(cluster, str(msg.topic()), int(msg.partition() or 0))
-                    if wanted.get(key) == msg.offset() and key not in found:
-                        found[key] = msg.timestamp()[1]
+                    start, stop = ranges.get(key, (0, 0))
+                    records = found.setdefault(key, [])
+                    if start + len(records) <= int(msg.offset() or 0) < stop:
+                        records.append(msg)
+                        seen += 1
         finally:
-            peeker.close()
-        return found
+            with contextlib.suppress(_RawKafkaException):
+                peeker.unassign()
+        return {key: records for key, records in found.items() if records}
 
     def stop(self) -> None:
-        for consumer in self._consumers.values():
+        for consumer in [*self._consumers.values(), *self._peekers.values()]:
             with contextlib.suppress(RuntimeError, _RawKafkaException):
                 consumer.close()
         self._consumers.clear()
+        self._peekers.clear()
         self._stores.clear()
         if self._client is not None:
             self._client.close()
@@ -588,6 +738,16 @@ def _error_of(exc: _RawKafkaException) -> tuple[str, str]:
     return err.name(), f"{err.name()}: {err.str()}"
 
 
+def _record_bytes(msg: Message) -> int:
+    """A record's bytes as Spark gets them: key, value and headers (uncompressed)."""
+    headers = msg.headers() or []
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    size = len(msg.key() or b"") + len(msg.value() or b"")
+    for name, data in pairs:
+        size += len(name.encode()) + len(data or b"")
+    return size
+
+
 def _clamp_ms(ts: int | None) -> int | None:
     """Kafka's -1 (no timestamp) is unknown; the codec holds 48 bits."""
     if ts is None or ts < 0:
@@ -596,10 +756,12 @@ def _clamp_ms(ts: int | None) -> int | None:
 
 
 def _limit(limit: ReadLimit, options: ReadOptions) -> Limit:
+    """Spark hands back the default read limit (or ReadAllAvailable, to read all): the
+    row and byte limits both apply when both options are given."""
     if isinstance(limit, ReadMaxRows):
-        return Limit(max_rows=int(limit.max_rows))
+        return Limit(max_rows=int(limit.max_rows), max_bytes=options.max_bytes_per_trigger)
     if isinstance(limit, ReadMaxBytes):
-        return Limit(max_rows=max(1, int(limit.max_bytes) // options.estimated_record_bytes))
+        return Limit(max_rows=options.max_records_per_trigger, max_bytes=int(limit.max_bytes))
     if isinstance(limit, ReadMinRows):
         return Limit(min_rows=int(limit.min_rows))
     return Limit()

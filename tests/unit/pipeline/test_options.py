@@ -12,19 +12,19 @@ from streamplane.pipeline.spark import artifact_name
 def test_defaults_and_case_insensitive_names() -> None:
     opts = parse_read_options({"stream": "logs", "GROUP": "g", "maxrecordspertrigger": "100"})
     assert opts.stream == "logs" and opts.group == "g"
-    assert opts.max_rows == 100
+    assert opts.max_records_per_trigger == 100
     assert opts.lanes is None and opts.starting_offsets == "committed"
 
 
-def test_bytes_limit_becomes_rows() -> None:
+def test_byte_limit_and_first_guess() -> None:
+    """The byte limit stays in bytes: planning turns it into rows at the sampled sizes
+    (tests/unit/pipeline/test_record_sizes.py); 512 bytes is only the first guess."""
     opts = parse_read_options(
         {"stream": "s", "group": "g", "maxBytesPerTrigger": "10000", "estimatedRecordBytes": "100"}
     )
-    assert opts.max_rows == 100
-    both = parse_read_options(
-        {"stream": "s", "group": "g", "maxBytesPerTrigger": "10000", "maxRecordsPerTrigger": "7"}
-    )
-    assert both.max_rows == 7
+    assert (opts.max_bytes_per_trigger, opts.estimated_record_bytes) == (10_000, 100)
+    default = parse_read_options({"stream": "s", "group": "g", "maxBytesPerTrigger": "10000"})
+    assert default.estimated_record_bytes == 512
 
 
 @pytest.mark.parametrize(
