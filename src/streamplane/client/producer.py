@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import KafkaException, Message, Producer
@@ -73,6 +73,9 @@ from streamplane.exceptions import (
 )
 from streamplane.kafka.clients import producer_config
 
+if TYPE_CHECKING:  # the consumer imports this module
+    from streamplane.client.consumer import StreamMessage, _Forwarded
+
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
 DeliveryReports = Literal["errors", "all"]
@@ -89,6 +92,8 @@ DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 _BATCH_MARGIN_SHARE = 64
 _BATCH_MARGIN_MIN_BYTES = 1024
 _POLL_EVERY = 1000
+# How long the report server (``send(source=...)``) waits for a report at a time.
+_REPORT_STEP_S = 0.05
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 # How often librdkafka hands over its statistics (the produce latency windows).
 _STATISTICS_INTERVAL_MS = 5000
@@ -258,6 +263,30 @@ class _OwnReport:
         self.callback(err, msg)
 
 
+class _SourceReport:
+    """The delivery report of a record sent with ``source=msg``: tells the source
+    record's settlement (``_Forwarded``), then the caller's ``on_delivery`` if any."""
+
+    __slots__ = ("callback", "forwarded", "producer")
+
+    def __init__(
+        self,
+        producer: StreamProducer,
+        forwarded: _Forwarded,
+        callback: DeliveryCallback | None,
+    ) -> None:
+        self.producer = producer
+        self.forwarded = forwarded
+        self.callback = callback
+
+    def __call__(self, err: _RawKafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.producer._count_failure(err, msg)
+        self.forwarded.delivered(None if err is None else f"{err.name()}: {err.str()}")
+        if self.callback is not None:
+            self.callback(err, msg)
+
+
 class StreamProducer:
     """Produce records to a stream.
 
@@ -271,7 +300,7 @@ class StreamProducer:
     with a small bound to stay below what its topics take (``batch_bytes``).
     ``extra_config`` passes librdkafka settings through (dotted keys).
     ``delivery_reports``: ``"errors"`` (default, the fast path) or ``"all"`` (a report
-    per record, required for ``send(on_delivery=...)``).
+    per record, required for ``send(on_delivery=...)`` and ``send(source=...)``).
     """
 
     def __init__(
@@ -340,6 +369,9 @@ class StreamProducer:
         self.epoch_switch_times: dict[int, float] = {}
         # Reports the epoch it writes with, so the control plane can seal old segments.
         self.heartbeat = ProducerHeartbeat(control_plane, stream, self._reported_epoch)
+        # Serves delivery reports in the background once a record is sent with
+        # ``source=`` (its source's ack waits for them, records sent or not).
+        self._report_server: threading.Thread | None = None
 
     # ------------------------------------------------------------------ life cycle
     def open(self) -> Self:
@@ -514,8 +546,15 @@ class StreamProducer:
         headers: Headers | None = None,
         lane: str | None = None,
         on_delivery: DeliveryCallback | None = None,
+        source: StreamMessage | None = None,
     ) -> None:
-        """Queue one record for the lane's active segment (asynchronous)."""
+        """Queue one record for the lane's active segment (asynchronous).
+
+        ``source``: the consumed record this one is made from (a consume-then-produce
+        service). The source is acked only once its handler acked it *and* this record
+        (every record sent with it as ``source``) is delivered; a failed delivery nacks
+        it, so it is handled again. Needs ``delivery_reports="all"``; a background
+        thread serves the reports."""
         route = self._route_for(lane)
         # A str is sent as UTF-8: encoded here so the bound counts its bytes, not its
         # characters. Anything else but bytes and None is refused here (a dict passed
@@ -537,15 +576,20 @@ class StreamProducer:
                 f"record of {size} bytes exceeds the stream's bound "
                 f"of {self._max_record_bytes} bytes"
             )
-        if on_delivery is None:
-            callback = None
-        elif self._all_reports:
-            callback = _OwnReport(self, on_delivery)
-        else:
-            raise ConfigError(
-                "send(on_delivery=...) needs StreamProducer(..., delivery_reports='all'): "
-                "this producer has librdkafka report failed deliveries only"
-            )
+        callback: _OwnReport | _SourceReport | None = None
+        if on_delivery is not None or source is not None:
+            if not self._all_reports:
+                what = "on_delivery" if source is None else "source"
+                raise ConfigError(
+                    f"send({what}=...) needs StreamProducer(..., delivery_reports='all'): "
+                    "this producer has librdkafka report failed deliveries only"
+                )
+            if source is None:
+                callback = _OwnReport(self, on_delivery)  # type: ignore[arg-type]
+            else:
+                callback = _SourceReport(self, source._forwarding(), on_delivery)
+                if self._report_server is None:
+                    self._start_report_server()
         producer = route.producer
         while True:
             try:
@@ -569,6 +613,8 @@ class StreamProducer:
             except BufferError:
                 producer.poll(0.05)  # local queue full: back-pressure, not failure
             except KafkaException as exc:
+                if isinstance(callback, _SourceReport):  # not sent: no report will come
+                    callback.forwarded.delivered(f"not queued: {exc}")
                 raise _produce_error(exc, size, headers, self._message_max_bytes) from None
         route.counts.sent += 1
         self._sent_since_poll += 1
@@ -578,6 +624,29 @@ class StreamProducer:
             if self._retired:
                 self._serve_retired()
             self._report_deliveries()
+
+    def _start_report_server(self) -> None:
+        with self._lock:
+            if self._report_server is not None or self._closed:
+                return
+            thread = threading.Thread(
+                target=self._serve_reports, name=f"sp-reports-{self.stream}", daemon=True
+            )
+            self._report_server = thread
+        thread.start()
+
+    def _serve_reports(self) -> None:
+        """Serve delivery reports until the producer closes (``close`` serves the rest):
+        the sources of records sent with ``source=`` are acked as their outputs are
+        delivered, not at the next ``send`` (an idle service never acked them)."""
+        while not self._closed:
+            producers = list(self._producers.values())
+            if not producers:
+                time.sleep(_REPORT_STEP_S)
+            for producer in producers:
+                producer.poll(_REPORT_STEP_S / len(producers))
+            if self._retired:
+                self._serve_retired()
 
     def active_topic(self, lane: str | None = None) -> str:
         """The segment records sent to ``lane`` (the default lane when None) go to now."""
