@@ -85,15 +85,13 @@ def test_inputs_whose_outputs_were_not_delivered_are_handled_again(
     assert lost, "the kill came too late: every output was delivered"
     # The group's next member reads every input whose output was not delivered.
     again: set[int] = set()
+
+    def read_again() -> bool:
+        again.update(int(m.value or b"-1") for m in restarted.poll_batch(500, 0.2))
+        return lost <= again
+
     with StreamConsumer(inputs, group, client, assigner=False) as restarted:
-        wait_for(
-            "the undelivered inputs read again",
-            lambda: (
-                again.update(int(m.value or b"-1") for m in restarted.poll_batch(500, 0.2))
-                or lost <= again
-            ),
-            60,
-        )
+        wait_for("the undelivered inputs read again", read_again, 60)
     redone = len(again & delivered)
     print(
         f"\n{len(delivered)} outputs delivered, {len(lost)} not (their inputs read again: "
