@@ -61,7 +61,12 @@ def _lanes(value: str) -> tuple[str, ...]:
 )
 @click.option("--partitions", type=int, default=6, show_default=True, help="Per lane.")
 @click.option("--dlq-partitions", type=int, default=1, show_default=True)
-@click.option("--replication-factor", type=int, default=1, show_default=True)
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=None,
+    help="Replicas of every topic.  [default: the control plane's, min(3, brokers)]",
+)
 @click.option(
     "--config",
     "configs",
@@ -84,7 +89,7 @@ def create(
     lanes: str,
     partitions: int,
     dlq_partitions: int,
-    replication_factor: int,
+    replication_factor: int | None,
     configs: tuple[str, ...],
     max_record_bytes: int,
     as_json: bool,

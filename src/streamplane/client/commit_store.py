@@ -43,6 +43,7 @@ from streamplane.core.commitlog import (
     encode_full,
     encode_spill_pointer,
 )
+from streamplane.core.replication import replication_factor
 from streamplane.core.routing import commitlog_topic
 from streamplane.core.text import counted
 from streamplane.exceptions import CodecError, KafkaError
@@ -256,7 +257,8 @@ class CommitStore:
                 raise KafkaError(f"commit store of {self._stream!r} is closed")
             if self._side_producer is None:
                 admin = KafkaAdmin(self._bootstrap)
-                err = admin.create_topics([(self.side_topic, 1, _rf(admin), SIDE_TOPIC_CONFIG)])[
+                replicas = replication_factor(admin.live_broker_count())
+                err = admin.create_topics([(self.side_topic, 1, replicas, SIDE_TOPIC_CONFIG)])[
                     self.side_topic
                 ]
                 if err is not None and err.code != "TOPIC_ALREADY_EXISTS":
@@ -413,7 +415,3 @@ def _await_leader(producer: Producer, topic: str, timeout_s: float = 10.0) -> No
         if part is not None and part.error is None and part.leader >= 0:
             return
         time.sleep(0.05)
-
-
-def _rf(admin: KafkaAdmin) -> int:
-    return min(3, len(admin.metadata().brokers))

@@ -195,22 +195,25 @@ class ControlPlaneClient:
         lanes: Sequence[str] = DEFAULT_LANES,
         partitions: int = 6,
         dlq_partitions: int = 1,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         config: Mapping[str, str] | None = None,
         max_record_bytes: int = 1048576,
     ) -> RoutingTable:
-        """Create the stream and its topics (every lane and the dlq) on ``cluster``."""
+        """Create the stream and its topics (every lane and the dlq) on ``cluster``.
+        ``replication_factor`` None is the control plane's default: min(3, the cluster's
+        live brokers)."""
         validate_stream_name(name)  # a ConfigError with the rule, before any request
-        body = {
+        body: dict[str, Any] = {
             "name": name,
             "cluster": cluster,
             "lanes": list(lanes),
             "partitions": partitions,
             "dlq_partitions": dlq_partitions,
-            "replication_factor": replication_factor,
             "config": dict(config or {}),
             "max_record_bytes": max_record_bytes,
         }
+        if replication_factor is not None:
+            body["replication_factor"] = replication_factor
 
         def made_before(exc: ControlPlaneError) -> Any:
             return _made_by_earlier_attempt(
@@ -725,7 +728,8 @@ def same_bootstrap(registered: Any, asked: str) -> bool:
 
 
 def _stream_is(doc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
-    """The stream described by ``doc`` is the one ``body`` asked to create."""
+    """The stream described by ``doc`` is the one ``body`` asked to create (a replication
+    factor ``body`` leaves to the server is whatever it resolved)."""
     same = all(
         doc.get(key) == body[key]
         for key in (
@@ -736,6 +740,7 @@ def _stream_is(doc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
             "config",
             "max_record_bytes",
         )
+        if key in body
     )
     return same and doc.get("active_clusters") in ([body["cluster"]], None)
 

@@ -44,6 +44,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from streamplane.core.replication import replication_factor
 from streamplane.exceptions import KafkaError
 from streamplane.kafka.admin import (
     QUIET,
@@ -239,7 +240,7 @@ class KafkaClusterIO:
         topic = NewTopic(
             HEALTH_TOPIC,
             num_partitions=brokers,
-            replication_factor=min(3, brokers),
+            replication_factor=replication_factor(brokers),
             config={"retention.ms": _HEALTH_RETENTION_MS},
         )
         fut = self._admin.create_topics([topic], request_timeout=timeout)[HEALTH_TOPIC]

@@ -185,12 +185,19 @@ class StreamIn(_In):
     )
     partitions: Partitions = 6
     dlq_partitions: Partitions = 1
-    replication_factor: Annotated[int, Field(ge=1, le=MAX_REPLICATION_FACTOR), NOT_A_BOOLEAN] = 1
+    replication_factor: (
+        Annotated[int, Field(ge=1, le=MAX_REPLICATION_FACTOR), NOT_A_BOOLEAN] | None
+    ) = Field(
+        default=None,
+        description="Replicas of every topic of the stream (default: min(3, live brokers of "
+        "the cluster), resolved at creation and kept with the stream).",
+    )
     config: Annotated[dict[str, TopicConfigValue], Field(max_length=64)] = Field(
         default_factory=dict,
         description="Topic configs for every topic of the stream (Kafka's dotted keys). "
         "message.timestamp.type is always LogAppendTime; max.message.bytes comes from "
-        "max_record_bytes.",
+        "max_record_bytes; min.insync.replicas defaults to 2 with 3 replicas or more, else "
+        "1, and cannot be above the replication factor.",
     )
     max_record_bytes: Annotated[int, Field(ge=1, le=MAX_RECORD_BYTES), NOT_A_BOOLEAN] = 1_048_576
 
@@ -218,9 +225,14 @@ class StreamOut(BaseModel):
     lanes: list[str]
     partitions: int
     dlq_partitions: int
-    replication_factor: int
+    replication_factor: int = Field(
+        description="Replicas of its topics (those of a failover to a cluster with fewer "
+        "live brokers have as many as it has)."
+    )
     config: dict[str, str] = Field(description="The topic configs the stream was created with.")
-    topic_config: dict[str, str] = Field(description="The configs every topic of it gets.")
+    topic_config: dict[str, str] = Field(
+        description="The configs every topic of it gets (min.insync.replicas included)."
+    )
     max_record_bytes: int
     epoch: int
     created_at: datetime
@@ -235,7 +247,7 @@ class StreamOut(BaseModel):
             dlq_partitions=s.dlq_partitions,
             replication_factor=s.replication_factor,
             config=dict(s.config),
-            topic_config=topic_config(s.config, s.max_record_bytes),
+            topic_config=topic_config(s.config, s.max_record_bytes, s.replication_factor),
             max_record_bytes=s.max_record_bytes,
             epoch=s.epoch,
             created_at=s.created_at,

@@ -13,6 +13,10 @@ Ordering rules that keep clients safe:
   if it is exactly what the stream would create, empty (``_create_topics``);
 - every routing change goes through ``Store.save_routing`` (compare-and-set on the
   epoch) with its audit entry, and then the listeners (the watch hub) are told.
+
+A stream's topics get min(3, live brokers) replicas unless it asks for a number (kept
+with the stream), and ``min.insync.replicas`` 2 of 3 unless its config sets it
+(``streamplane.core.replication``); a failover caps both at the target's live brokers.
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ from streamplane.controlplane.store import (
     Store,
     StreamRecord,
     utcnow,
+)
+from streamplane.core.replication import (
+    MIN_INSYNC_REPLICAS,
+    check_min_insync_replicas,
+    parse_min_insync_replicas,
+    replication_factor,
+    topic_min_insync_replicas,
 )
 from streamplane.core.routing import (
     DEFAULT_LANES,
@@ -116,6 +127,8 @@ class TopicAdmin(Protocol):
 
     def end_offsets(self, topic: str, timeout: float = ...) -> dict[int, int]: ...
 
+    def live_broker_count(self, timeout: float = ...) -> int: ...
+
     def describe_topic(self, topic: str, timeout: float = ...) -> TopicDescription: ...
 
     def cluster_id(self, timeout: float = ...) -> str: ...
@@ -127,14 +140,16 @@ ChangeListener = Callable[[str, int | None], None]  # (stream, new epoch or None
 
 @dataclass(frozen=True)
 class StreamSpec:
-    """What ``create_stream`` is asked for (validated by ``validate``)."""
+    """What ``create_stream`` is asked for (validated by ``validate``). A
+    ``replication_factor`` of None is the default: ``replication_factor`` of
+    ``streamplane.core.replication`` for the cluster's live brokers, min(3, brokers)."""
 
     name: str
     cluster: str
     lanes: tuple[str, ...] = DEFAULT_LANES
     partitions: int = 6
     dlq_partitions: int = 1
-    replication_factor: int = 1
+    replication_factor: int | None = None
     config: Mapping[str, str] = field(default_factory=dict)
     max_record_bytes: int = 1_048_576
 
@@ -148,7 +163,7 @@ class StreamSpec:
             ("replication_factor", self.replication_factor, MAX_REPLICATION_FACTOR),
             ("max_record_bytes", self.max_record_bytes, MAX_RECORD_BYTES),
         ):
-            if not 1 <= value <= high:
+            if value is not None and not 1 <= value <= high:
                 raise ConfigError(f"{what} must be between 1 and {high}, got {value}")
         validate_topic_config(self.config)
 
@@ -172,12 +187,23 @@ def validate_topic_config(config: Mapping[str, str]) -> None:
             )
         if len(value) > 1024 or any(ord(c) < 32 for c in value):
             raise ConfigError(f"invalid value for topic config {key!r}")
+        if key == MIN_INSYNC_REPLICAS:
+            parse_min_insync_replicas(value)
 
 
-def topic_config(config: Mapping[str, str], max_record_bytes: int) -> dict[str, str]:
-    """The configs every topic of a stream gets: the user's plus the managed ones."""
+def topic_config(
+    config: Mapping[str, str], max_record_bytes: int, replication_factor: int = 1
+) -> dict[str, str]:
+    """The configs every topic of a stream gets, made with ``replication_factor``
+    replicas (1 when not given): the user's plus the managed ones.
+    ``min.insync.replicas`` is managed unless the user's config sets it
+    (``topic_min_insync_replicas``: 2 with 3 replicas or more; either way capped at
+    ``replication_factor``)."""
     return {
         **config,
+        MIN_INSYNC_REPLICAS: topic_min_insync_replicas(
+            config.get(MIN_INSYNC_REPLICAS), replication_factor
+        ),
         "message.timestamp.type": TIMESTAMP_TYPE,
         # The producer bounds its batches by the same function (a batch over it is
         # refused whole: librdkafka does not split it).
@@ -526,6 +552,10 @@ class ControlPlaneService:
     def create_stream(
         self, spec: StreamSpec, actor: str = "api"
     ) -> tuple[StreamRecord, RoutingTable]:
+        """Create the stream's topics on its cluster, then save it. Without a replication
+        factor in ``spec``, the topics get min(3, the cluster's live brokers) replicas
+        (``core.replication``), and the stream keeps that number; a factor given is kept
+        as it is (Kafka refuses one above the broker count: a ConfigError)."""
         spec.validate()
         with self._stream_lock(spec.name):
             try:
@@ -543,12 +573,17 @@ class ControlPlaneService:
                 epoch=self.store.first_epoch(spec.name),
             )
             cluster = self.store.get_cluster(spec.cluster)
-            configs = topic_config(spec.config, spec.max_record_bytes)
-            wanted = [
-                (s.topic, s.partitions, spec.replication_factor, configs) for s in table.segments
-            ]
+            refused = f"stream {spec.name!r} not created"
+            replicas = spec.replication_factor
+            if replicas is None:
+                replicas = replication_factor(self._live_broker_count(cluster, refused))
+            own_min_insync = spec.config.get(MIN_INSYNC_REPLICAS)
+            if own_min_insync is not None:
+                check_min_insync_replicas(own_min_insync, replicas)
+            configs = topic_config(spec.config, spec.max_record_bytes, replicas)
+            wanted = [(s.topic, s.partitions, replicas, configs) for s in table.segments]
             try:
-                created = self._create_topics(cluster, wanted, f"stream {spec.name!r} not created")
+                created = self._create_topics(cluster, wanted, refused)
             except (KafkaError, Conflict):
                 # As in failover: another replica creating the stream at once made the
                 # topics and saved first.
@@ -560,7 +595,7 @@ class ControlPlaneService:
                 lanes=table.lanes,
                 partitions=spec.partitions,
                 dlq_partitions=spec.dlq_partitions,
-                replication_factor=spec.replication_factor,
+                replication_factor=replicas,
                 config=dict(spec.config),
                 max_record_bytes=spec.max_record_bytes,
                 epoch=table.epoch,
@@ -569,6 +604,7 @@ class ControlPlaneService:
             detail = {
                 "cluster": cluster.name,
                 "lanes": list(table.lanes),
+                "replication_factor": replicas,
                 "topics": [t[0] for t in wanted],
             }
             try:
@@ -639,7 +675,11 @@ class ControlPlaneService:
         """Move ``lanes`` (default: every lane but the dlq) to new topics on ``cluster``.
 
         The new topics are created first; then, in one epoch, they become the lanes'
-        active segments and the old ones start draining.
+        active segments and the old ones start draining. They get the stream's
+        replication factor, capped at the live brokers of ``cluster`` (and their
+        ``min.insync.replicas`` likewise): a failover to a smaller cluster is not
+        refused (availability first); the audit entry records the factor used and a
+        warning is logged. The stream keeps its own factor for later moves.
         """
         validate_stream_name(name)
         validate_cluster_name(cluster)
@@ -653,14 +693,28 @@ class ControlPlaneService:
                 raise ConfigError("a lane is listed twice")
             new = move_lanes(table, moving, cluster, partitions)
             moving = [s.lane for s in new.segments if s.epoch == new.epoch]  # not already there
-            configs = topic_config(stream.config, stream.max_record_bytes)
+            refused = f"stream {name!r} not moved"
+            live = self._live_broker_count(target, refused)
+            replicas = replication_factor(live, stream.replication_factor)
+            configs = topic_config(stream.config, stream.max_record_bytes, replicas)
+            if replicas < stream.replication_factor:
+                log.warning(
+                    "stream %s moves to cluster %s with replication factor %d, not its %d: "
+                    "the cluster has %d live brokers (min.insync.replicas %s)",
+                    name,
+                    cluster,
+                    replicas,
+                    stream.replication_factor,
+                    live,
+                    configs[MIN_INSYNC_REPLICAS],
+                )
             wanted = [
-                (s.topic, s.partitions, stream.replication_factor, configs)
+                (s.topic, s.partitions, replicas, configs)
                 for s in new.segments
                 if s.epoch == new.epoch
             ]
             try:
-                created = self._create_topics(target, wanted, f"stream {name!r} not moved")
+                created = self._create_topics(target, wanted, refused)
             except (KafkaError, Conflict):
                 # Trouble with a topic of the new epoch is usually another replica's
                 # failover of the stream, saved meanwhile (it made the topics): the
@@ -673,6 +727,8 @@ class ControlPlaneService:
                 "cluster": cluster,
                 "lanes": moving,
                 "partitions": partitions,
+                "replication_factor": replicas,
+                "min_insync_replicas": int(configs[MIN_INSYNC_REPLICAS]),
                 "reason": reason,
                 "topics": [t[0] for t in wanted],
                 "draining": [
@@ -740,6 +796,19 @@ class ControlPlaneService:
                 admin = self._admins[bootstrap] = self._admin_factory(bootstrap)
             return admin
 
+    def _live_broker_count(self, cluster: ClusterRecord, what: str) -> int:
+        """How many live brokers ``cluster`` has; a KafkaError starting with ``what``
+        if it does not answer."""
+        try:
+            return self._admin(cluster.bootstrap).live_broker_count(self._kafka_timeout)
+        except KafkaError as exc:
+            raise KafkaError(
+                f"{what}: cluster {cluster.name}: {exc}",
+                code=exc.code,
+                retriable=exc.retriable,
+                fatal=exc.fatal,
+            ) from None
+
     def _create_topics(
         self,
         cluster: ClusterRecord,
@@ -768,7 +837,7 @@ class ControlPlaneService:
         }
         refused: dict[str, str] = {}
         adopted: list[str] = []
-        for topic, partitions, replication_factor, configs in topics:
+        for topic, partitions, replicas, configs in topics:
             error = results.get(topic)
             if error is None or error.code != "TOPIC_ALREADY_EXISTS":
                 continue
@@ -781,7 +850,7 @@ class ControlPlaneService:
                     retriable=exc.retriable,
                 )
                 continue
-            differences = topic_differences(found, partitions, replication_factor, configs)
+            differences = topic_differences(found, partitions, replicas, configs)
             if any(ends.values()):
                 differences.insert(0, "it has held records")
             if differences:

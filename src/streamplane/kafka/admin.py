@@ -116,6 +116,11 @@ class KafkaAdmin:
         """The Kafka cluster's id (raises KafkaError if it does not answer)."""
         return self.describe_cluster(timeout).cluster_id or ""
 
+    def live_broker_count(self, timeout: float = 5.0) -> int:
+        """How many brokers the cluster has alive (registered and not fenced), as
+        DescribeCluster answers (raises KafkaError if it does not answer)."""
+        return len(self.describe_cluster(timeout).brokers)
+
     def create_topics(
         self,
         topics: Iterable[tuple[str, int, int, Mapping[str, str]]],

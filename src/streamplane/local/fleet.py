@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from streamplane.core.replication import replication_factor
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, KafkaError, LocalFleetError
 from streamplane.local.distribution import KafkaDistribution, require_java
@@ -1069,7 +1070,7 @@ def write_broker_files(b: BrokerInfo, peers: list[BrokerInfo], spec: FleetSpec) 
     (bdir / "logs").mkdir(parents=True, exist_ok=True)
     n = len(peers)
     voters = ",".join(f"{p.node_id}@{p.host}:{p.controller_port}" for p in peers)
-    internal_rf = str(min(3, n))
+    internal_rf = str(replication_factor(n))
     config: dict[str, str] = {
         "process.roles": "broker,controller",
         "node.id": str(b.node_id),

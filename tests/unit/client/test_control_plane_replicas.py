@@ -48,6 +48,9 @@ class ControlPlaneState:
         self.lock = threading.Condition()
         self.table: RoutingTable | None = new_routing_table("orders", ["realtime"], "local-a", 3)
         self.created: dict[str, Any] | None = None  # the body a stream was created with
+        self.asked: list[dict[str, Any]] = []  # the body of every create request
+        # A replication factor a create leaves to the server: min(3, live brokers).
+        self.default_replication_factor = 3
         self.changed = threading.Event()  # set by every change
 
     def failover(self, cluster: str, partitions: int | None) -> Answer:
@@ -187,9 +190,10 @@ class Replica:
             return 204, None
         if method == "POST" and path == "/v1/streams":
             with state.lock:
+                state.asked.append(body)
                 if state.created is not None:
                     return 409, {"detail": f"stream {body['name']!r} already exists"}
-                state.created = body
+                state.created = {"replication_factor": state.default_replication_factor, **body}
                 state.table = new_routing_table(
                     body["name"], body["lanes"], body["cluster"], body["partitions"]
                 )
@@ -439,6 +443,41 @@ def test_a_stream_created_by_a_replica_that_did_not_answer_is_a_success(
         table = cp.create_stream("orders", "local-a", lanes=["realtime"], partitions=3)
     assert table.stream == "orders" and table.active("realtime").partitions == 3
     assert b.requests == ["POST /v1/streams", "GET /v1/streams/orders"]
+
+
+def test_a_stream_made_by_an_earlier_attempt_with_the_servers_factor_is_a_success(
+    state: ControlPlaneState, make_replica: Callable[..., Replica], short_kafka_calls: None
+) -> None:
+    """No replication factor asked: none is sent (the server resolves min(3, brokers),
+    here 3), and the earlier attempt's stream, of factor 3, is what was asked."""
+    state.table = None
+    a, b = make_replica(), make_replica()
+    a.delay_s = 0.7
+    b.gate = state.changed
+    with ControlPlaneClient([a.url, b.url]) as cp:
+        table = cp.create_stream("orders", "local-a", lanes=["realtime"], partitions=3)
+    assert table.stream == "orders"
+    assert b.requests == ["POST /v1/streams", "GET /v1/streams/orders"]
+    assert [("replication_factor" in body) for body in state.asked] == [False, False]
+    assert state.created is not None and state.created["replication_factor"] == 3
+
+
+def test_a_stream_made_with_another_factor_than_the_one_asked_is_a_conflict(
+    state: ControlPlaneState, make_replica: Callable[..., Replica]
+) -> None:
+    a, b = make_replica(), make_replica()
+    state.created = {  # what is there: replication factor 3, not the 2 asked for
+        "name": "orders", "cluster": "local-a", "lanes": ["realtime"], "partitions": 3,
+        "dlq_partitions": 1, "replication_factor": 3, "config": {},
+        "max_record_bytes": 1048576,
+    }  # fmt: skip
+    a.mode = "drop"  # the request reached a, its answer was lost
+    with ControlPlaneClient([a.url, b.url]) as cp, pytest.raises(Conflict) as err:
+        cp.create_stream(
+            "orders", "local-a", lanes=["realtime"], partitions=3, replication_factor=2
+        )
+    assert "already exists (an earlier attempt of this request" in str(err.value)
+    assert state.asked[-1]["replication_factor"] == 2
 
 
 def test_a_conflict_after_a_retry_that_is_not_what_was_asked_is_named(

@@ -44,6 +44,8 @@ class StubKafka:
     cluster_ids: dict[str, str] = field(
         default_factory=lambda: {b: f"id-{name}" for name, b in BOOTSTRAPS.items()}
     )
+    # Live brokers, by bootstrap (1 when not given, as the local fleet's clusters).
+    brokers: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin(self, bootstrap: str) -> StubAdmin:
@@ -78,6 +80,10 @@ class StubAdmin:
         if self.bootstrap not in self.kafka.cluster_ids:
             raise KafkaError(f"{self.bootstrap}: no broker answered", code="_TRANSPORT")
         return self.kafka.cluster_ids[self.bootstrap]
+
+    def live_broker_count(self, timeout: float = 5.0) -> int:
+        self.cluster_id(timeout)  # raises if it does not answer
+        return self.kafka.brokers.get(self.bootstrap, 1)
 
     def describe_topic(self, topic: str, timeout: float = 10.0) -> TopicDescription:
         with self.kafka.lock:

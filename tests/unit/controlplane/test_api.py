@@ -273,6 +273,7 @@ def test_create_stream_creates_every_topic_with_managed_configs(
     assert (partitions, replication) == (3, 1)
     assert config == {
         "retention.ms": "3600000",
+        "min.insync.replicas": "1",  # one replica: the only broker of local-a
         "message.timestamp.type": "LogAppendTime",
         "max.message.bytes": str(1048576 + 64 * 1024),
     }

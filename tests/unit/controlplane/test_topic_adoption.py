@@ -45,6 +45,7 @@ def failover(http: TestClient, **body: object) -> tuple[int, str]:
 def test_a_hand_made_topic_is_refused_naming_what_differs(
     http: TestClient, kafka: StubKafka
 ) -> None:
+    kafka.brokers.update({BOOTSTRAPS["local-a"]: 3, ON_B: 3})
     create_stream(http, replication_factor=3)
     hand_made = ("sp.orders.realtime.e2", 6, 1, {"retention.ms": "60000"})
     assert kafka.admin(ON_B).create_topics([hand_made]) == {"sp.orders.realtime.e2": None}
@@ -55,6 +56,7 @@ def test_a_hand_made_topic_is_refused_naming_what_differs(
     assert "retention.ms=60000 (the stream's: the default)" in detail
     assert "message.timestamp.type=the cluster's default (the stream's: LogAppendTime)" in detail
     assert "max.message.bytes=the cluster's default (the stream's: 1114112)" in detail
+    assert "min.insync.replicas=the cluster's default (the stream's: 2)" in detail
     assert "delete the topic" in detail
     stream = http.get("/v1/streams/orders").json()
     assert stream["epoch"] == 1  # the routing did not change
@@ -65,15 +67,15 @@ def test_a_hand_made_topic_is_refused_naming_what_differs(
 def test_a_topic_with_one_config_more_is_refused_and_this_calls_topics_are_deleted(
     http: TestClient, kafka: StubKafka
 ) -> None:
-    """Also for a config the stream does not set (min.insync.replicas here): the topic's
-    own configs must be the stream's, no more, no less. The topics this call created
-    are deleted again."""
+    """Also for a config the stream does not set (cleanup.policy here): the topic's own
+    configs must be the stream's, no more, no less. The topics this call created are
+    deleted again."""
     create_stream(http)
-    extra = {**MANAGED, "min.insync.replicas": "1"}
+    extra = {**MANAGED, "cleanup.policy": "compact"}
     kafka.admin(ON_B).create_topics([("sp.orders.bulk.e2", 6, 1, extra)])
     status, detail = failover(http, lanes=["realtime", "bulk"])
     assert status == 409, detail
-    assert "sp.orders.bulk.e2" in detail and "min.insync.replicas=1" in detail
+    assert "sp.orders.bulk.e2" in detail and "cleanup.policy=compact" in detail
     assert set(kafka.on("local-b")) == {"sp.orders.bulk.e2"}  # realtime.e2 deleted again
     assert http.get("/v1/streams/orders").json()["epoch"] == 1
 
@@ -82,8 +84,9 @@ def test_an_empty_topic_as_the_stream_would_create_it_is_adopted(
     http: TestClient, kafka: StubKafka
 ) -> None:
     """What a killed failover of a stream with RF 3 and its own config leaves behind."""
+    kafka.brokers.update({BOOTSTRAPS["local-a"]: 3, ON_B: 3})
     create_stream(http, replication_factor=3, config={"retention.ms": "3600000"})
-    left = topic_config({"retention.ms": "3600000"}, 1_048_576)
+    left = topic_config({"retention.ms": "3600000"}, 1_048_576, 3)
     kafka.admin(ON_B).create_topics([("sp.orders.realtime.e2", 6, 3, left)])
     status, detail = failover(http)
     assert status == 200, detail
