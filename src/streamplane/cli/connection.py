@@ -5,7 +5,9 @@ separated by commas (``http://a:8470,http://b:8470``): a command goes to the fir
 moves to the next when one cannot serve (``ControlPlaneClient``).
 
 The token is taken from ``--token``, else ``STREAMPLANE_API_TOKEN``, else the file
-``.streamplane/api-token`` that ``streamplane control-plane serve`` writes.
+``.streamplane/api-token`` that ``streamplane control-plane serve`` writes. The names
+of the variables are the client's (``URL_ENV``, ``TOKEN_ENV``):
+``ControlPlaneClient.from_env()`` reads the same two.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from typing import Any
 import click
 
 from streamplane.client.control_plane import DEFAULT_URL, ControlPlaneClient
+
+# Re-exported (the other commands import them from here): one definition, the client's.
+from streamplane.client.control_plane import TOKEN_ENV as TOKEN_ENV
+from streamplane.client.control_plane import URL_ENV as URL_ENV
 from streamplane.exceptions import ConfigError, Unauthorized
 from streamplane.local.fleet import FleetDescriptor, descriptor_path
 
 STATE_DIR = Path(".streamplane")
 TOKEN_FILE = STATE_DIR / "api-token"
-URL_ENV = "STREAMPLANE_URL"
-TOKEN_ENV = "STREAMPLANE_API_TOKEN"
 LOCAL_TAGS = {"env": "local"}
 
 

@@ -4,6 +4,9 @@ One ``httpx.Client`` (one connection pool) per instance; safe to share between
 threads, so a producer can long-poll the routing in one thread while others read.
 
 Several replicas: ``ControlPlaneClient("http://a:8470,http://b:8470")`` (or a list).
+``ControlPlaneClient.from_env()`` takes the URL(s) and token from ``STREAMPLANE_URL``
+(``URL_ENV``) and ``STREAMPLANE_API_TOKEN`` (``TOKEN_ENV``), the variables the CLI reads;
+the constructor reads no environment.
 Requests go to one replica at a time and stay on it while it answers (sticky). When it
 cannot serve (connection refused or lost, a timeout, a 503, a proxy's 502/504), the
 request is sent to the next replica, and the client stays on the first that answers.
@@ -27,13 +30,26 @@ Errors, always one line:
 - 404 -> ``NotFound``; 401/403 -> ``Unauthorized``; 409 -> ``Conflict``;
 - any other 4xx/5xx -> ``ControlPlaneError`` with ``status``; a 5xx names the URL and
   the server's detail (``control plane at URL: database unavailable: ...``).
+
+Logging: httpx logs every request at INFO on its logger ``httpx`` (``HTTP Request: POST
+... 200``), about 6 lines a second for a consumer service (group and producer
+heartbeats, the routing watch), which flooded the application's INFO log. This
+client's requests are marked while they are sent (a context variable, so per thread)
+and a filter on the ``httpx`` logger drops their lines, and only theirs: the
+application's own httpx requests are logged as before. Each request is logged at DEBUG
+on this module's logger instead, in httpx's words. (An event hook or a transport of
+our own cannot do it: the line is written by ``httpx.Client`` itself, after the
+transport and whatever the hooks do; raising the ``httpx`` logger's level would hide
+the application's requests too.)
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -58,6 +74,9 @@ from streamplane.exceptions import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8470"
+# Where the client, like the CLI, finds its URL(s) and token when not given them.
+URL_ENV = "STREAMPLANE_URL"
+TOKEN_ENV = "STREAMPLANE_API_TOKEN"
 # Calls that create or delete topics wait for Kafka; give them more than a plain read.
 KAFKA_CALL_TIMEOUT = 60.0
 # A long poll may take its whole timeout; the HTTP read waits that much longer.
@@ -70,6 +89,20 @@ log = logging.getLogger(__name__)
 Retry = Literal["any", "unsent"]
 T = TypeVar("T")
 
+# Set while this thread sends a request of a ControlPlaneClient: httpx's INFO line for
+# it is dropped (``_DropOwnRequests``), the client logs it at DEBUG.
+_SENDING_OWN_REQUEST: ContextVar[bool] = ContextVar("streamplane_own_request", default=False)
+
+
+class _DropOwnRequests(logging.Filter):
+    """On the ``httpx`` logger: drops the lines of requests a ControlPlaneClient sends."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _SENDING_OWN_REQUEST.get()
+
+
+_DROP_OWN_REQUESTS = _DropOwnRequests()
+
 
 class ControlPlaneClient:
     """A client of the control plane at ``url``; ``token`` is needed for mutations.
@@ -77,6 +110,7 @@ class ControlPlaneClient:
     ``url`` may name several replicas (of one control plane over PostgreSQL): a
     comma-separated string (``"http://a:8470,http://b:8470"``) or a list. ``timeout``
     bounds each attempt at one replica (a request that moves on may take it per replica).
+    ``from_env()`` builds one from the environment, as the CLI does.
     """
 
     def __init__(
@@ -91,6 +125,7 @@ class ControlPlaneClient:
             headers["Authorization"] = f"Bearer {token}"
         # No base URL: each request names its replica's (one pool, keyed by origin).
         self._http = httpx.Client(headers=headers, timeout=timeout)
+        logging.getLogger("httpx").addFilter(_DROP_OWN_REQUESTS)  # once: a set
         self._current = 0  # the replica requests go to first (sticky)
         self._lock = threading.Lock()
         # Told each move to another replica, with the thread whose request moved (a
@@ -106,6 +141,25 @@ class ControlPlaneClient:
     # ------------------------------------------------------------------ life cycle
     def close(self) -> None:
         self._http.close()
+
+    @classmethod
+    def from_env(cls, timeout: float = 10.0) -> ControlPlaneClient:
+        """A client of the control plane named by ``STREAMPLANE_URL`` (several replicas'
+        URLs separated by commas), with the token in ``STREAMPLANE_API_TOKEN`` if set: the
+        variables the CLI reads. ``ConfigError`` when ``STREAMPLANE_URL`` is not set or
+        not valid (the message names it)."""
+        given = os.environ.get(URL_ENV, "")
+        if not given.strip():
+            raise ConfigError(
+                f"{URL_ENV} is not set: set it to the control plane's URL (http(s)://host:"
+                "port; several replicas' URLs separated by commas), or pass the URL: "
+                "ControlPlaneClient(url, token=...)"
+            )
+        try:
+            urls = parse_urls(given)
+        except ConfigError as exc:
+            raise ConfigError(f"{URL_ENV}: {exc}") from exc
+        return cls(urls, os.environ.get(TOKEN_ENV, "").strip() or None, timeout)
 
     def __enter__(self) -> Self:
         return self
@@ -500,13 +554,7 @@ class ControlPlaneClient:
             index = (first + step) % count
             base = self.urls[index]
             try:
-                resp = self._http.request(
-                    method,
-                    base + path,
-                    params=params,
-                    json=json,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
+                resp = self._send(method, base + path, params, json, timeout)
             except httpx.TimeoutException as exc:
                 why = f"did not answer in time ({type(exc).__name__})"
                 error: ControlPlaneError = ControlPlaneUnavailable(f"control plane at {base} {why}")
@@ -560,6 +608,32 @@ class ControlPlaneClient:
             # has no leader, its database is away): not "unreachable"
             raise ControlPlaneError(message, status=answered[-1].status)
         raise ControlPlaneUnavailable(message) from failures[-1][2].__cause__
+
+    def _send(
+        self, method: str, url: str, params: Any, json: Any, timeout: float | None
+    ) -> httpx.Response:
+        """One request to one replica, its httpx INFO line dropped (``_DropOwnRequests``)
+        and logged at DEBUG here instead."""
+        sending = _SENDING_OWN_REQUEST.set(True)
+        try:
+            resp = self._http.request(
+                method,
+                url,
+                params=params,
+                json=json,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        finally:
+            _SENDING_OWN_REQUEST.reset(sending)
+        log.debug(
+            'HTTP Request: %s %s "%s %d %s"',
+            method,
+            resp.request.url,
+            resp.http_version,
+            resp.status_code,
+            resp.reason_phrase,
+        )
+        return resp
 
     def _long_poll(self, poll: Callable[[], T], instead: Callable[[], T]) -> T:
         """``poll()`` (a long poll), run on a thread of its own and waited for, unless a
@@ -789,8 +863,9 @@ def _error(resp: httpx.Response, url: str) -> ControlPlaneError:
         if status == 401 and "authorization" not in request.headers:
             # (the server's "send 'Authorization: Bearer <token>'" says the protocol)
             detail += (
-                "; this client was given no token: ControlPlaneClient(url, token=...), "
-                "or the CLI's --token / STREAMPLANE_API_TOKEN"
+                "; this client sends no token: give it one with "
+                f"ControlPlaneClient(url, token=...), or set {TOKEN_ENV} for "
+                "ControlPlaneClient.from_env()"
             )
         return Unauthorized(detail, status=status)
     if status == 409:

@@ -46,6 +46,15 @@ deleted, its attempts rose past ``max_attempts`` every ~31 s for good, and the
 failure was first logged 25 s after the deletion.) A write to a topic that librdkafka
 knows to be missing fails as it is queued (``ProduceError``): its letters wait the same.
 
+What is dead-lettered is logged as a summary, never a line per record: a WARNING
+``stream 'orders': 12 records dead-lettered in the last 30 s, last reason: max attempts
+(5) reached: KeyError: 'id'`` when the first letters are written after a quiet spell,
+then at most every 30 s (``DeadLetterSummary``). The summary is checked as the writer
+works (``advance``: while letters are pending), so letters written after one summary
+are told with the next letters' (its "last N s" then spans the quiet time), or when the
+writer closes. (An exploratory run dead-lettered 27-187 records and logged nothing of
+it.)
+
 A dead letter too large to write whole (a record another producer wrote to the lane,
 over the stream's bound, or within its provenance headers of the topic's limit) is
 written with its provenance alone (``provenance.provenance_only``: no key, no value,
@@ -58,6 +67,8 @@ provenance names, until retention.
 from __future__ import annotations
 
 import logging
+import math
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -78,6 +89,11 @@ REWRITE_FIRST_S = 1.0
 REWRITE_MAX_S = 8.0
 # A failure that lasts is logged again this often.
 _FAILURE_REPEAT_LOG_S = 60.0
+
+# Dead letters written are logged as a summary at most this often.
+DEAD_LETTER_LOG_EVERY_S = 30.0
+# A summary quotes the last letter's reason up to this many characters.
+_REASON_CHARS = 200
 
 _TOO_LARGE = _RawKafkaError.MSG_SIZE_TOO_LARGE
 # Errors that mean the topic written to does not exist.
@@ -151,6 +167,42 @@ Letter = tuple[R, str, int]
 Write = Record
 Failure = tuple[_RawKafkaError, Message]
 
+
+class DeadLetterSummary:
+    """The dead letters written since the last summary, told at most every
+    ``DEAD_LETTER_LOG_EVERY_S``: the first ones after a quiet spell at once, the next
+    once that long has passed since. Pure: the caller gives the time."""
+
+    __slots__ = ("count", "last_reason", "logged_at", "since")
+
+    def __init__(self) -> None:
+        self.count = 0  # letters written, not told yet
+        self.last_reason = ""
+        self.since = 0.0  # when the first of them was written
+        self.logged_at = -math.inf
+
+    def written(self, letters: list[Letter[R]], now: float) -> None:
+        if not letters:
+            return
+        if not self.count:
+            self.since = now
+        self.count += len(letters)
+        self.last_reason = letters[-1][1]
+
+    def due(self, stream: str, now: float, *, last: bool = False) -> str | None:
+        """The summary to log at ``now``, if one is due (``last``: the writer closes,
+        whatever is left is told)."""
+        if not self.count or (not last and now - self.logged_at < DEAD_LETTER_LOG_EVERY_S):
+            return None
+        seconds = max(1, math.ceil(now - self.since))
+        reason = textwrap.shorten(self.last_reason, _REASON_CHARS, placeholder=" ...")
+        self.count, told, self.logged_at = 0, self.count, now
+        return (
+            f"stream {stream!r}: {counted(told, 'record')} dead-lettered in the last "
+            f"{seconds} s, last reason: {reason}"
+        )
+
+
 # ``drain`` waits on each stuck cluster's producer at most this long at a time, so a
 # batch to another cluster that comes in meanwhile is seen within it.
 _DRAIN_STEP_S = 0.05
@@ -210,6 +262,7 @@ class DlqWriter(Generic[R]):
         self._whole_too_large: set[int] = set()
         self._next_batch_at = 0.0
         self._backoff = RewriteBackoff()
+        self._summary = DeadLetterSummary()
 
     @property
     def pending(self) -> int:
@@ -249,12 +302,17 @@ class DlqWriter(Generic[R]):
                 self._take_failures()  # a done batch's failures are all served by now
                 self._in_flight = [batch for batch in self._in_flight if batch not in done]
                 for batch in done:
-                    written += self._batch_done(batch, now)
+                    letters = self._batch_done(batch, now)
+                    self._summary.written(letters, now)
+                    written += [letter[0] for letter in letters]
         if self._waiting and (send_now or now >= self._next_batch_at):
             topic = self.producer.active_topic()  # the dlq lane's: where the batch goes
             due = send_now or not self._backoff.waits(topic, now)
             if due and not any(topic in batch.topics for batch in self._in_flight):
                 self._send(now, topic)
+        summary = self._summary.due(self.producer.stream, now)
+        if summary:
+            log.warning(summary)
         return written, failed
 
     @property
@@ -279,10 +337,16 @@ class DlqWriter(Generic[R]):
                 for producer in batch.producers:
                     producer.flush(step)  # returns once its queue is empty
 
-    def close(self) -> None:
+    def close(self, now: float | None = None) -> None:
         """Let the producer go without waiting: its owner waited for the dead letters it
         wanted in (``drain``); a record whose dead letter is not in stays unsettled,
-        handed out again after a restart (and dead-lettered again: at-least-once)."""
+        handed out again after a restart (and dead-lettered again: at-least-once). The
+        dead letters written since the last summary are told now (``now``: the time on
+        the clock ``advance`` is given, ``time.monotonic()`` by default)."""
+        now = time.monotonic() if now is None else now
+        summary = self._summary.due(self.producer.stream, now, last=True)
+        if summary:
+            log.warning(summary)
         try:
             self.producer.close(0.0)
         except ProduceError as exc:
@@ -373,9 +437,9 @@ class DlqWriter(Generic[R]):
             for batch in owners or in_flight:
                 batch.failures.append(failure)
 
-    def _batch_done(self, done: _Batch[R], now: float) -> list[R]:
-        """The records of ``done`` whose dead letter was written; the others wait to be
-        written again (stripped first if the broker found them too large)."""
+    def _batch_done(self, done: _Batch[R], now: float) -> list[Letter[R]]:
+        """The letters of ``done`` that were written; the others wait to be written
+        again (stripped first if the broker found them too large)."""
         batch, failures = done.letters, done.failures
         self._in_flight_letters -= len(batch)
         if not failures:
@@ -388,7 +452,7 @@ class DlqWriter(Generic[R]):
                         self.producer.stream,
                         counted(len(batch), "dead letter"),
                     )
-            return [letter[0] for letter in batch]
+            return batch
         lost = {(msg.value(), msg.key()) for _err, msg in failures}
         too_large = {(msg.value(), msg.key()) for err, msg in failures if err.code() == _TOO_LARGE}
         written: list[Letter[R]] = []
@@ -415,7 +479,7 @@ class DlqWriter(Generic[R]):
             )
             self._failed(msg.topic() or done.topics[0], error, len(unwritten), now)
         self._forget(written)
-        return [letter[0] for letter in written]
+        return written
 
     def _failed(self, topic: str, error: object, letters: int, now: float) -> None:
         """Writes of ``letters`` dead letters to ``topic`` failed with ``error``: they

@@ -43,6 +43,7 @@ histogram comes from librdkafka's latency windows (``statistics.interval.ms``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
@@ -58,6 +59,7 @@ from streamplane.client.metrics import METRICS
 from streamplane.client.producer_heartbeat import ProducerHeartbeat
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import (
+    DLQ_LANE,
     RoutingTable,
     SegmentState,
     topic_max_message_bytes,
@@ -75,6 +77,8 @@ from streamplane.kafka.clients import producer_config
 
 if TYPE_CHECKING:  # the consumer imports this module
     from streamplane.client.consumer import StreamMessage, _Forwarded
+
+log = logging.getLogger(__name__)
 
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 DeliveryCallback = Callable[[_RawKafkaError | None, Message], None]
@@ -97,6 +101,9 @@ _REPORT_STEP_S = 0.05
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
 # How often librdkafka hands over its statistics (the produce latency windows).
 _STATISTICS_INTERVAL_MS = 5000
+# Records queued for a cluster the routing left that took this long to be delivered
+# (or to fail) are logged at INFO: that cluster was slow or down.
+_SLOW_HANDOVER_S = 5.0
 # How long ``close`` waits for the delivery reports of the records it purged (they are
 # ready at once: this bounds a librdkafka that does not hand them over).
 _PURGED_REPORTS_S = 1.0
@@ -178,6 +185,21 @@ def _where(waiting: Iterable[tuple[str, bool, int]], verb: str) -> str:
     return "; ".join(
         f"{records} {verb} {cluster}{', which the stream left' if left else ''}"
         for (cluster, left), records in merged.items()
+    )
+
+
+def _moves(before: Mapping[str, _Route], after: Mapping[str, _Route]) -> str:
+    """``realtime, bulk moved from local-a to local-b``: the lanes whose active segment
+    changed between two routings, by (old, new) cluster; "" when none did."""
+    by_clusters: dict[tuple[str, str], list[str]] = {}
+    for lane, route in after.items():
+        old = before.get(lane)
+        if old is not None and old.topic != route.topic:
+            by_clusters.setdefault((old.cluster, route.cluster), []).append(lane)
+    return "; ".join(
+        f"{', '.join(lanes)} moved "
+        + (f"from {old} to {new}" if old != new else f"to new topics on {new}")
+        for (old, new), lanes in by_clusters.items()
     )
 
 
@@ -529,6 +551,7 @@ class StreamProducer:
             ]
             if draining:
                 self._draining = self._draining + draining
+            moves = _moves(self._routes, routes)
             self._routes = routes
             self.epoch_switch_times.setdefault(table.epoch, time.monotonic())
             served, self._epoch = self._epoch, table.epoch
@@ -537,6 +560,19 @@ class StreamProducer:
             for _, producer in retiring:
                 self._retired_epochs[id(producer)] = served
             self._retired = self._retired + retiring
+        if served:  # not the table ``open`` starts with
+            # A failover's epoch, at INFO; a seal's or a retirement's (an epoch each, per
+            # segment) moves no lane: DEBUG. A consumer's dlq producer says so: its
+            # service may have a producer of the stream too, logging the same change.
+            log.log(
+                logging.INFO if moves else logging.DEBUG,
+                "stream %r: %s with routing epoch %d (was %d): %s",
+                self.stream,
+                "writing dead letters" if self._default_lane == DLQ_LANE else "producing",
+                table.epoch,
+                served,
+                moves or "no lane moved (a segment sealed, retired or declared lost)",
+            )
 
     # ------------------------------------------------------------------ sending
     def send(
@@ -894,12 +930,33 @@ class StreamProducer:
         self._report_deliveries()
         with self._lock:  # _apply may be adding one
             done = {id(p) for _, p in self._retired if not len(p)}
+            # (cluster, the epoch it served, when the routing left it), under the lock:
+            # ``_apply`` adds to ``epoch_switch_times``.
+            let_go: list[tuple[str, int, float | None]] = []
+            for cluster, producer in self._retired:
+                if id(producer) in done:
+                    epoch = self._retired_epochs.get(id(producer), 0)
+                    let_go.append((cluster, epoch, self.switched_at(epoch + 1)))
             self._retired = [(c, p) for c, p in self._retired if id(p) not in done]
             for gone in done:
                 self._retired_epochs.pop(gone, None)
             for counts in [*self._counts.values(), *self._retired_counts]:
                 if id(counts.producer) in done:
                     counts.producer = _NOTHING_QUEUED
+        now = time.monotonic()
+        for cluster, epoch, left_at in let_go:
+            waited = now - (left_at if left_at is not None else now)
+            # Records that waited long for the cluster the stream left (it was down, and
+            # the routing moved off it): that they are in is news.
+            log.log(
+                logging.INFO if waited >= _SLOW_HANDOVER_S else logging.DEBUG,
+                "stream %r: the records queued for %s (routing epoch %d) are all delivered "
+                "or reported failed, %.1f s after the routing left it",
+                self.stream,
+                cluster,
+                epoch,
+                waited,
+            )
 
     def raise_failures(self) -> None:
         """Raise ProduceError for records that failed without a caller's callback;

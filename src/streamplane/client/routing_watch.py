@@ -3,9 +3,10 @@
 The watcher fetches the table once (``start``), then a daemon thread long-polls the
 control plane and hands every newer table to the listeners, usually within a second of
 the change. If the control plane goes away the cached table stays in force
-(fail-static) and the thread retries with backoff until it answers again. When the
-control plane says the stream no longer exists (it was deleted), the watch ends and
-``gone`` says why: producers refuse new records from then on.
+(fail-static: one warning) and the thread retries with backoff until it answers again
+(one INFO line). When the control plane says the stream no longer exists (it was
+deleted), the watch ends and ``gone`` says why: producers refuse new records from then
+on.
 """
 
 from __future__ import annotations
@@ -84,12 +85,20 @@ class RoutingWatcher:
                 table = self._client.watch_routing(
                     self._stream, current.epoch, timeout=self._poll_timeout_s
                 )
+                if not self.connected:
+                    log.info(
+                        "routing watch for %s: the control plane answers again (epoch %d)",
+                        self._stream,
+                        table.epoch,
+                    )
                 self.connected = True
                 backoff = 0.1
             except ControlPlaneUnavailable:
                 if self.connected and not self._stop.is_set():
                     log.warning(
-                        "control plane unreachable: keeping routing epoch %d", current.epoch
+                        "routing watch for %s: control plane unreachable: keeping routing epoch %d",
+                        self._stream,
+                        current.epoch,
                     )
                 self.connected = False
                 self._stop.wait(backoff)
