@@ -1,7 +1,7 @@
 """ControlPlaneClient.from_env(): the URL and token from the environment
 (``STREAMPLANE_URL``, ``STREAMPLANE_API_TOKEN``, as the CLI reads them; the constructor
-reads none), and the 401 that a client without a token gets. A local HTTP server stands for the control plane and
-records the Authorization header of each request."""
+reads none), and the 401 that a client without a token gets. A local HTTP server stands
+for the control plane and records the Authorization header of each request."""
 
 from __future__ import annotations
 
