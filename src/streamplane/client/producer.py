@@ -652,6 +652,10 @@ class StreamProducer:
                 if isinstance(callback, _SourceReport):  # not sent: no report will come
                     callback.forwarded.delivered(f"not queued: {exc}")
                 raise _produce_error(exc, size, headers, self._message_max_bytes) from None
+            except BaseException as exc:  # bad headers (TypeError), an interrupt...
+                if isinstance(callback, _SourceReport):  # not sent: no report will come
+                    callback.forwarded.delivered(f"not queued: {type(exc).__name__}: {exc}")
+                raise
         route.counts.sent += 1
         self._sent_since_poll += 1
         if self._sent_since_poll >= _POLL_EVERY:
@@ -679,10 +683,13 @@ class StreamProducer:
             producers = list(self._producers.values())
             if not producers:
                 time.sleep(_REPORT_STEP_S)
-            for producer in producers:
-                producer.poll(_REPORT_STEP_S / len(producers))
-            if self._retired:
-                self._serve_retired()
+            try:
+                for producer in producers:
+                    producer.poll(_REPORT_STEP_S / len(producers))
+                if self._retired:
+                    self._serve_retired()
+            except Exception:  # a caller's on_delivery raised: the rest are still served
+                log.exception("%s: an on_delivery callback raised (reports go on)", self.stream)
 
     def active_topic(self, lane: str | None = None) -> str:
         """The segment records sent to ``lane`` (the default lane when None) go to now."""
