@@ -20,12 +20,14 @@
   own (``Committer``) through a client of their own, so the consuming thread never
   waits for a commit's round trip or a spill's write; ``commit()`` waits.
 - Which partitions this member reads comes from the control plane's Assigner
-  (``membership.GroupMembership``): leases renewed by heartbeats, released units
-  committed first; once a lease may have run out (no heartbeat answered for it: a
-  stopped or starved process) nothing is committed or handed out until a heartbeat
-  answers, and the records of units lost meanwhile are dropped, never committed;
-  fail-static while the control plane is away. ``assigner=False`` reads every partition
-  (a group of one).
+  (``membership.GroupMembership``): leases renewed by heartbeats. A unit asked back
+  (``_release``) is not read or handed out any more, and is handed back once the
+  records of it in the application's hands are acked, nacked or rejected (or at its
+  release deadline, a little before the Assigner's ``RELEASE_TIMEOUT_S``), committed
+  first; once a lease may have run out (no heartbeat answered for it: a stopped or
+  starved process) nothing is committed or handed out until a heartbeat answers, and
+  the records of units lost meanwhile are dropped, never committed; fail-static while
+  the control plane is away. ``assigner=False`` reads every partition (a group of one).
 - A partition holding ``max_in_flight`` unsettled records is paused until some settle:
   memory stays bounded, and so does the commit state (its holes are unsettled
   records). A record stuck at the low watermark does not pause the partition by
@@ -47,7 +49,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_futures
 from types import TracebackType
@@ -60,13 +62,20 @@ from streamplane.client.commit_store import CommitStore, Restored
 from streamplane.client.committer import Committer
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.dlq_writer import DlqWriter, Letter, Write
-from streamplane.client.membership import CpuMeter, GroupMembership, unit_json
+from streamplane.client.membership import (
+    LEASE_MARGIN_S,
+    CpuMeter,
+    GroupMembership,
+    unit_json,
+    units_text,
+)
 from streamplane.client.metrics import METRICS
 from streamplane.client.partition_state import PartitionKey, PartitionState
 from streamplane.client.producer import StreamProducer
 from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.client.retry_schedule import RetrySchedule
 from streamplane.client.routing_watch import RoutingWatcher
+from streamplane.core.assignment import RELEASE_TIMEOUT_S
 from streamplane.core.routing import DLQ_LANE, RoutingTable, validate_stream_name
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, NotFound, Unauthorized
@@ -261,17 +270,19 @@ class StreamMessage:
         """One more output of this record on its way (``StreamProducer.send(...,
         source=msg)``): the record is acked once the handler acked it and every output
         is delivered."""
-        done = self._done
-        if done is True:
-            raise ConfigError(
-                f"send(source=msg): {self!r} is settled already (acked, nacked or "
-                "rejected): send a record's outputs before you settle it"
-            )
         consumer = self._run.consumer
         with consumer._forward_lock:
+            # Read under the lock: another thread may be sending an output of it too
+            # (each made its own ``_Forwarded``, and one output's failure was lost), or
+            # the report server settling it.
+            done = self._done
+            if done is True or (isinstance(done, _Forwarded) and done.finished):
+                raise ConfigError(
+                    f"send(source=msg): {self!r} is settled already (acked, nacked or "
+                    "rejected): send a record's outputs before you settle it"
+                )
             if not isinstance(done, _Forwarded):
                 done = self._done = _Forwarded(self)
-                consumer._forwarding += 1
             done.pending += 1
         return done
 
@@ -333,11 +344,13 @@ class _Forwarded:
         self.finished = False
 
     def handler_acked(self) -> None:
-        with self.msg._run.consumer._forward_lock:
+        consumer = self.msg._run.consumer
+        with consumer._forward_lock:
             if self.finished or self.acked:
                 return
+            consumer._forwarding += 1  # until it is settled: ``close`` waits for it
             self.acked = True
-            if self.pending == 0:
+            if self.pending == 0 or self.error is not None:
                 self._finish()
 
     def delivered(self, error: str | None) -> None:
@@ -358,10 +371,13 @@ class _Forwarded:
             if self.finished:
                 return False
             self.finished = True
-            self.msg._run.consumer._forwarding -= 1
+            if self.acked:
+                self.msg._run.consumer._forwarding -= 1
             return True
 
     def _finish(self) -> None:
+        if self.finished:  # settled by a signal handler's report meanwhile: once only
+            return
         self.finished = True
         msg = self.msg
         msg._run.consumer._forwarding -= 1
@@ -644,6 +660,10 @@ class StreamConsumer:
             self._commit_stores, name=f"sp-commit-{stream}", committable=self._committable
         )
         self._states: dict[PartitionKey, PartitionState] = {}
+        # Units being handed back (``_release``): no longer read or handed out, their
+        # states kept (acks folded, committed) until the records of them in the
+        # application's hands are given back: (state, deadline, since), monotonic.
+        self._releasing: dict[PartitionKey, tuple[PartitionState, float, float]] = {}
         # The same states by cluster, then (topic, partition): the fetch path's lookup.
         self._states_by_cluster: dict[str, dict[tuple[str, int], PartitionState]] = {}
         # Partitions to read whose committed progress is being loaded: (lane, priority).
@@ -672,8 +692,12 @@ class StreamConsumer:
         self._opened = False
         self._closed = False
         self._torn_down = False  # ``_close`` ran (it runs once, however it is reached)
-        # Records whose outputs (``send(source=msg)``) are on their way (``_Forwarded``).
-        self._forward_lock = threading.Lock()
+        # Records acked by their handler whose outputs (``send(source=msg)``) are still
+        # on their way (``_Forwarded``): ``close`` waits for them. One whose handler has
+        # not returned is not counted (its ack would come after the closing commit).
+        # Reentrant: a signal handler that flushes or closes the output producer serves
+        # reports on the thread it interrupted, maybe inside this lock (it deadlocked).
+        self._forward_lock = threading.RLock()
         self._forwarding = 0
         # ``close`` came while ``open`` ran (a signal handler as ``with`` starts): the
         # iteration and ``run`` end at once instead of raising that it is closed.
@@ -979,17 +1003,47 @@ class StreamConsumer:
                 self.group,
                 counted(len(stale | reload), "work unit"),
             )
+        releasing = self._releasing
+        if releasing and owned is not None:
+            # Units we were handing back that are not ours to hand back any more (their
+            # release time ran out, or our lease did): their state is stale, and not
+            # committed.
+            taken = [
+                releasing.pop(k)[0]
+                for k in list(releasing)
+                if (k not in owned and k not in to_release) or k in regranted
+            ]
+            self._forget_released(taken)
+            in_hands = sum(max(0, state.in_hands()) for state in taken)
+            if in_hands:
+                log.warning(
+                    "%s (group %s): %s taken from us while being handed back, with %s "
+                    "still in the application's hands: the next holder may handle them too",
+                    self.stream,
+                    self.group,
+                    units_text(state.key for state in taken),
+                    counted(in_hands, "record"),
+                )
         new = [
             k
             for k in wanted
-            if (k not in self._states or k in stale) and (k not in self._loading or k in reload)
+            if (k not in self._states or k in stale)
+            and (k not in self._loading or k in reload)
+            and k not in releasing  # ours again: read afresh once handed back
         ]
         gone = [k for k in self._states if k not in wanted or k in stale]
         unloaded = [k for k in self._loading if k not in wanted]  # never read: let go
         for k in unloaded:
             del self._loading[k]
-        if unloaded and self._membership is not None:
-            self._membership.released(unloaded)
+        if membership is not None:
+            # Asked back and nothing of them held (never read, or read and let go): at once.
+            idle = [
+                k
+                for k in to_release
+                if k not in self._states and k not in releasing and k not in self._loading
+            ]
+            if unloaded or idle:
+                membership.released([*unloaded, *idle])
         if gone:
             # Units that are neither ours nor ours to give back any more (our lease on
             # them ran out, or a restarted Assigner gave them to a member that claimed
@@ -1007,31 +1061,19 @@ class StreamConsumer:
                 )
             lost |= stale
             dropped = [self._states.pop(k) for k in gone if k in lost]
-            self.commit()  # the others: committed before they are let go
-            dropped += [self._states.pop(k) for k in gone if k not in lost]
-            by_fetcher: dict[tuple[str, int], list[TopicPartition]] = {}
-            released = []
-            for state in dropped:
+            let_go = [self._states.pop(k) for k in gone if k not in lost]
+            self._stop_reading(dropped + let_go)
+            self._forget_released(dropped)
+            now = time.monotonic()
+            for state in let_go:
+                # Handed back once the records of it in the application's hands are
+                # given back (``_advance_releases``), by the Assigner's release deadline
+                # at the latest; without the Assigner, nobody else reads it: at once.
                 k = state.key
-                by_fetcher.setdefault((k.cluster, state.priority), []).append(
-                    TopicPartition(k.topic, k.partition)
-                )
-                state.revoked = True
-                released.append(state)
-                self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
-            METRICS.partitions_released(self, released)  # metrics
-            for (cluster, priority), tps in by_fetcher.items():
-                self._fetcher(cluster, priority).incremental_unassign(tps)
-            # Records of units we gave up are not handed out any more (the next owner
-            # reads them from the committed state).
-            gone_set = set(gone)
-            for buf in self._buffers:
-                buf.drop(gone_set)
-            self._retries.discard(lambda m: m._run.state.revoked)
-            if self._dlq is not None:
-                self._dlq.discard(lambda m: m._run.state.revoked)
-            if self._membership is not None:
-                self._membership.released([k for k in gone if k not in lost])
+                deadline = membership.release_deadline(k) if membership is not None else now
+                if deadline is None:  # left the routing before the Assigner asked for it
+                    deadline = now + RELEASE_TIMEOUT_S - LEASE_MARGIN_S
+                releasing[k] = (state, deadline, now)
         by_cluster_new: dict[str, list[PartitionKey]] = {}
         for k in new:
             by_cluster_new.setdefault(k.cluster, []).append(k)
@@ -1053,6 +1095,82 @@ class StreamConsumer:
                 )
         if started:
             self._adopt_loads()
+
+    def _stop_reading(self, states: list[PartitionState]) -> None:
+        """Stop fetching and handing out ``states``' records: their buffered records
+        and retries are dropped (the next holder reads them from the committed state).
+        The records of them in the application's hands may still be settled. Hold the
+        lock."""
+        if not states:
+            return
+        by_fetcher: dict[tuple[str, int], list[TopicPartition]] = {}
+        for state in states:
+            k = state.key
+            by_fetcher.setdefault((k.cluster, state.priority), []).append(
+                TopicPartition(k.topic, k.partition)
+            )
+            state.revoked = True
+            self._states_by_cluster[k.cluster].pop((k.topic, k.partition), None)
+        METRICS.partitions_released(self, states)  # metrics
+        for (cluster, priority), tps in by_fetcher.items():
+            self._fetcher(cluster, priority).incremental_unassign(tps)
+        gone = {state.key for state in states}
+        for buf in self._buffers:
+            buf.drop(gone)
+        self._retries.discard(lambda m: m._run.state.revoked)
+
+    def _forget_released(self, states: list[PartitionState]) -> None:
+        """Forget the dead letters not written yet of units let go (hold the lock)."""
+        if states and self._dlq is not None:
+            let_go = set(states)
+            self._dlq.discard(lambda m: m._run.state in let_go)
+
+    def _advance_releases(self) -> None:
+        """Hand back the units being released whose records are out of the
+        application's hands (each one acked, nacked or rejected), or whose release
+        deadline has come: their acks are committed first, so the next holder neither
+        handles again what was acked here nor starts while a record of the unit is still
+        being handled here. Before, a unit was handed back at the next poll after it was
+        asked for: records of it still in ``run``'s threads were handled again by the
+        next holder, some by both members at once (an exploratory run: 29 of ~20,000
+        records, all within 0.5 s of a member joining). Hold the lock."""
+        membership = self._membership
+        if membership is not None and not membership.may_commit():
+            return  # fenced: nothing can be committed (the Assigner moves them if need be)
+        now = time.monotonic()
+        self._apply_acks()
+        due = [
+            (k, state, since)
+            for k, (state, deadline, since) in self._releasing.items()
+            if state.in_hands() <= 0 or now >= deadline
+        ]
+        if not due:
+            return
+        self.commit()  # their acks committed before they are let go
+        for k, _, _ in due:
+            del self._releasing[k]
+        self._forget_released([state for _, state, _ in due])
+        overdue = [(k, state, since) for k, state, since in due if state.in_hands() > 0]
+        if overdue:
+            log.warning(
+                "%s (group %s): handed back %s with %s still in the application's hands "
+                "after %.1f s (the release time): they may be handled again by the next "
+                "holder, perhaps while they are still being handled here",
+                self.stream,
+                self.group,
+                units_text(k for k, _, _ in overdue),
+                counted(sum(state.in_hands() for _, state, _ in overdue), "record"),
+                now - min(since for _, _, since in overdue),
+            )
+        if membership is None:
+            return
+        owned, to_release = membership.assignment()
+        membership.released([k for k, _, _ in due if k in to_release])
+        if any(k in owned for k, _, _ in due):
+            # Ours again (the Assigner kept it after all, or it left the routing and
+            # has not been asked for yet): read afresh from the commit, or handed back
+            # once asked for (``_assign``).
+            membership.changed.set()
 
     def _start_load(self, cluster: str, keys: list[PartitionKey]) -> _OffsetsLoad:
         """Read where ``keys`` (partitions of ``cluster``) start, in the background."""
@@ -1185,7 +1303,10 @@ class StreamConsumer:
         with self._polling:
             by_lane: dict[int, list[StreamMessage]] = {}
             for msg in messages:
-                by_lane.setdefault(msg._run.state.priority, []).append(msg)
+                state = msg._run.state
+                state.handed -= 1
+                if not state.revoked:  # else its unit is being given back: not again
+                    by_lane.setdefault(state.priority, []).append(msg)
             for priority, msgs in by_lane.items():
                 buf = self._buffers[priority]
                 buf.entries.appendleft(msgs)
@@ -1345,11 +1466,14 @@ class StreamConsumer:
                     if len(entry) <= room:
                         entries.popleft()
                         taken = len(entry)
-                        out += entry
+                        again = entry
                     else:
                         taken = room
-                        out += entry[:room]
+                        again = entry[:room]
                         del entry[:room]
+                    for msg in again:
+                        msg._run.state.handed += 1
+                    out += again
                     buf.size -= taken
                     room -= taken
                     continue
@@ -1371,6 +1495,7 @@ class StreamConsumer:
                     entry.messages = ()  # handed out: its records live in their messages
                 else:
                     entry.pos = end
+                entry.state.handed += end - pos
                 buf.size -= end - pos
                 room -= end - pos
         self.stats["delivered"] += len(out)
@@ -1385,6 +1510,9 @@ class StreamConsumer:
                 membership.changed.clear()
             with self._lock:
                 self._assign(pending or self._watcher.table)
+        if self._releasing:
+            with self._lock:
+                self._advance_releases()
         if self._loads or self._failed_loads:
             with self._lock:
                 self._adopt_loads()
@@ -1610,6 +1738,13 @@ class StreamConsumer:
         return turning
 
     # ------------------------------------------------------------------ settling
+    def _settling_states(self) -> Iterable[PartitionState]:
+        """The states whose records may still be settled and committed: those read,
+        and those of the units being handed back (``_advance_releases``)."""
+        if not self._releasing:
+            return self._states.values()
+        return [*self._states.values(), *(state for state, _, _ in self._releasing.values())]
+
     def _apply_acks(self) -> None:
         """Count and schedule each partition's queued nacks, fold its queued acks into
         its settled set, then settle acked dead letters (hold the lock). A partition's
@@ -1618,7 +1753,7 @@ class StreamConsumer:
         retries: dict[int, dict[int, list[StreamMessage]]] = {}
         exhausted: list[Letter[StreamMessage]] = []  # (record, reason, attempts)
         acked = 0
-        for state in self._states.values():
+        for state in self._settling_states():
             if state.nacks:
                 self._apply_nacks(state, retries, exhausted)
             state.apply_acks()
@@ -1655,6 +1790,7 @@ class StreamConsumer:
         messages: list[StreamMessage] = queue[:n]
         del queue[:n]  # one step each under the GIL: a nack appended meanwhile is kept
         self.stats["nacked"] += n
+        state.returned += n
         counts = state.nack([msg.offset for msg in messages])
         max_attempts = self.max_attempts
         by_attempts = retries.get(state.priority)
@@ -1685,6 +1821,7 @@ class StreamConsumer:
                 return
             msg._done = True
             state = msg._run.state
+            state.returned += 1
             attempts = msg.attempts + 1
             if dlq:
                 state.park((msg.offset,))  # the acks around it fold as one run meanwhile
@@ -1830,7 +1967,7 @@ class StreamConsumer:
                     state.dirty = True
             items = [
                 (state.key, state.progress(now_ms))
-                for state in self._states.values()
+                for state in self._settling_states()
                 if state.dirty and state.base is not None
             ]
         self._committer.submit(items, wait)
@@ -1930,7 +2067,10 @@ class StreamConsumer:
 
         def work(msg: StreamMessage) -> None:
             try:
-                handle(msg)
+                if msg._run.state.revoked:
+                    self._not_started(msg)
+                else:
+                    handle(msg)
             finally:
                 slots.release()
 
@@ -1942,7 +2082,10 @@ class StreamConsumer:
             # would handle them before those), and is put back when ``run`` returns.
             try:
                 while True:
-                    handle(msg)
+                    if msg._run.state.revoked:
+                        self._not_started(msg)
+                    else:
+                        handle(msg)
                     with key_lock:
                         queue = key_queues[key]
                         queue.popleft()
@@ -2005,9 +2148,14 @@ class StreamConsumer:
                         break
                     submit(work, msg)
         finally:
-            left += self._drain_pool(pool, tasks)
-            self._run_closes = False
-            self._run_thread = None
+            try:
+                left += self._drain_pool(pool, tasks)
+            finally:
+                # Even when the wait is interrupted (a second Ctrl-C, ``sys.exit`` in a
+                # signal handler): ``close`` on this thread must close, not only ask.
+                self._run_closes = False
+                self._run_thread = None
+                pool.shutdown(wait=False, cancel_futures=True)
             # The tasks are done: what is still queued behind a key was never started.
             for queue in key_queues.values():
                 left += queue
@@ -2018,6 +2166,13 @@ class StreamConsumer:
                 self.stats["delivered"] -= len(left)
             if self._close_requested:
                 self._finish_requested_close()
+
+    def _not_started(self, msg: StreamMessage) -> None:
+        """A record given to ``run``'s threads whose unit is being handed back before a
+        thread started it: not handled here (its next holder reads it), and out of our
+        hands (``_advance_releases`` waits for the others)."""
+        with self._lock:
+            msg._run.state.returned += 1
 
     def _drain_pool(
         self, pool: ThreadPoolExecutor, tasks: dict[Future[None], StreamMessage | None]

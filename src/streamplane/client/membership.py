@@ -18,6 +18,16 @@ If the control plane had expired the member meanwhile, the answer says it was ad
 again (``joined``): the units it lists may have had another holder since, even those it
 held before, and the consumer reads them afresh from their committed state
 (``take_regranted``).
+
+Releases: a unit the Assigner asks back stays this member's to finish until it is
+handed back (``released``), or until its release deadline (``release_deadline``): the
+Assigner moves it ``RELEASE_TIMEOUT_S`` after it asked for it, which was no earlier
+than the send of the last heartbeat answered before, so the consumer counts from there
+(less ``LEASE_MARGIN_S``).
+
+Logged: joining the group and every change of the assignment (units gained, asked
+back, handed back or lost: counts and a few names) at INFO, a refused heartbeat at
+WARNING (once per cause); nothing per heartbeat.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from typing import Any
 
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
+from streamplane.core.assignment import RELEASE_TIMEOUT_S
 from streamplane.core.text import counted
 from streamplane.exceptions import ControlPlaneError, ControlPlaneUnavailable, Unauthorized
 
@@ -47,6 +58,16 @@ def unit_json(k: PartitionKey) -> dict[str, Any]:
 
 def unit_key(d: Mapping[str, Any]) -> PartitionKey:
     return PartitionKey(str(d["cluster"]), str(d["topic"]), int(d["partition"]))
+
+
+def units_text(keys: Iterable[PartitionKey], shown: int = 4) -> str:
+    """``2 work units (local-a/sp.s.realtime.e1/0, local-a/sp.s.realtime.e1/3)``: a
+    count and the first few, for a log line."""
+    names = sorted(f"{k.cluster}/{k.topic}/{k.partition}" for k in keys)
+    if not names:
+        return "no work unit"
+    more = f", +{len(names) - shown} more" if len(names) > shown else ""
+    return f"{counted(len(names), 'work unit')} ({', '.join(names[:shown])}{more})"
 
 
 class CpuMeter:
@@ -92,6 +113,10 @@ class GroupMembership:
             frozenset(),
         )
         self._released: set[PartitionKey] = set()
+        # When each unit of ``release`` must be handed back at the latest, by our clock
+        # (``release_deadline``); replaced whole by each answer.
+        self._release_by: dict[PartitionKey, float] = {}
+        self._answered_sent = 0.0  # when the last heartbeat answered was sent (monotonic)
         # Units granted by an answer that admitted us again (our lease had expired on the
         # control plane), until the consumer takes them (``take_regranted``).
         self._regranted: frozenset[PartitionKey] = frozenset()
@@ -127,6 +152,12 @@ class GroupMembership:
     def assignment(self) -> tuple[frozenset[PartitionKey], frozenset[PartitionKey]]:
         """``(owned, release)`` as one answer gave them."""
         return self._units
+
+    def release_deadline(self, key: PartitionKey) -> float | None:
+        """When ``key``, asked back, must be handed back at the latest (monotonic, our
+        clock): the Assigner gives it to another member ``RELEASE_TIMEOUT_S`` after it
+        asked for it. None if the Assigner has not asked for it."""
+        return self._release_by.get(key)
 
     def take_regranted(self) -> frozenset[PartitionKey]:
         """The units granted since the last call by answers that admitted this member
@@ -205,7 +236,13 @@ class GroupMembership:
                 self._assigner_away = exc.status in (502, 503, 504)
                 self.refused = exc if isinstance(exc, Unauthorized) else None
                 if str(exc) != self._failing:  # once per cause, not every 0.3 s
-                    log.warning("heartbeat of %s failed: %s", self.member_id, exc)
+                    log.warning(
+                        "heartbeat of %s (group %s) %s: %s",
+                        self.member_id,
+                        self.group,
+                        "failed" if self._assigner_away else "refused: its lease is not renewed",
+                        exc,
+                    )
                     self._failing = str(exc)
             else:
                 self.refused = None
@@ -229,7 +266,9 @@ class GroupMembership:
             records_per_s=rate,
             units=units,
             released=[unit_json(k) for k in released],
-            claims=[unit_json(k) for k in self.owned - released],
+            # (a unit asked back is still ours until we hand it back: a restarted
+            # Assigner must not give it to another member while we finish its records)
+            claims=[unit_json(k) for k in (self.owned | self.release) - released],
         )
         owned = frozenset(unit_key(u) for u in answer["work_units"])
         release = frozenset(unit_key(u) for u in answer["release"])
@@ -249,12 +288,33 @@ class GroupMembership:
                 self.group,
                 counted(len(owned), "work unit"),
             )
+        if release:
+            # A unit newly asked back was asked for after the last answer (which did not
+            # list it), so no earlier than that heartbeat was sent.
+            asked_by = self._answered_sent if self._admitted else sent_at
+            self._release_by = {
+                k: self._release_by.get(k, asked_by + RELEASE_TIMEOUT_S - LEASE_MARGIN_S)
+                for k in release
+            }
+        elif self._release_by:
+            self._release_by = {}
+        if not self._admitted:
+            log.info(
+                "%s joined group %s (stream %s): %s",
+                self.member_id,
+                self.group,
+                self.stream,
+                units_text(owned),
+            )
+        elif not rejoined and (owned, release) != self._units:
+            self._log_change(owned, release, released)
         if rejoined or (owned, release) != self._units:
             # Before the lease is renewed: a consumer whose lease lapsed hands out
             # records again only once it has seen which units it lost (``lease_lapsed``).
             self._units = (owned, release)
             self.generation = int(answer["generation"])
             self.changed.set()
+        self._answered_sent = sent_at
         self._lease_s = lease_s
         self._lease_deadline = sent_at + lease_s - LEASE_MARGIN_S
         self.connected = True
@@ -271,3 +331,33 @@ class GroupMembership:
                 lease_s / 3,
             )
             self.interval_s = lease_s / 3
+
+    def _log_change(
+        self,
+        owned: frozenset[PartitionKey],
+        release: frozenset[PartitionKey],
+        released: set[PartitionKey],
+    ) -> None:
+        """One line for a change of the assignment: the units gained, kept after all,
+        asked back, handed back (with this heartbeat), taken while still being released
+        (their release time was over) and lost (taken without a release: our lease on
+        them had run out on the control plane)."""
+        before, releasing_before = self._units
+        gone = releasing_before - release - owned
+        changes = [
+            ("gained", owned - before - releasing_before),
+            ("kept (no longer asked back)", owned & releasing_before),
+            ("asked back", release - releasing_before),
+            ("handed back", gone & released),
+            ("taken at the end of the release time", gone - released),
+            ("lost", before - owned - release),
+        ]
+        said = [f"{what} {units_text(keys)}" for what, keys in changes if keys]
+        if said:
+            log.info(
+                "%s (group %s): %s; holds %s",
+                self.member_id,
+                self.group,
+                "; ".join(said),
+                counted(len(owned), "work unit"),
+            )

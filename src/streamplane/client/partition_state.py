@@ -26,6 +26,13 @@ them.
 
 Apart from ``ack`` and ``ack_retry``, not thread-safe by itself: the consumer holds
 its lock around every other call.
+
+``handed`` and ``returned`` count the records handed to the application and those it
+gave back (acked, nacked, rejected, or never started by ``run``), a batch at a time;
+a record handed back unseen is taken off ``handed``. Their difference (``in_hands``)
+is what a unit being released waits for. ``handed`` is only changed under the
+consumer's polling lock, ``returned`` under its lock (``apply_acks`` counts the acks
+it drains; the consumer counts the rest).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class PartitionState:
         "fetched",
         "fetched_at_report",
         "gaps_settled",
+        "handed",
         "in_flight",
         "key",
         "lane",
@@ -75,6 +83,7 @@ class PartitionState:
         "restored_high",
         "restored_skips",
         "retry_acks",
+        "returned",
         "revoked",
         "settled",
         "throughput",
@@ -113,6 +122,9 @@ class PartitionState:
         # of the record at the low watermark goes into every commit.
         self.times = IngestionTimes()
         self.in_flight = 0  # fetched and not settled
+        # Records handed to the application, and those it gave back (``in_hands``).
+        self.handed = 0
+        self.returned = 0
         self.next_fetch: int | None = None
         self.gaps_settled = 0  # offsets skipped over by fetches (compaction, markers)
         self.dirty = False
@@ -179,6 +191,11 @@ class PartitionState:
             return True
         return False
 
+    def in_hands(self) -> int:
+        """Records handed to the application and not given back yet (not acked,
+        nacked or rejected; acks counted as of the last ``apply_acks``)."""
+        return self.handed - self.returned
+
     def ack(self, offset: int) -> None:
         """Settle ``offset`` later, at the next ``apply_acks`` (no lock needed)."""
         self.acks.append(offset)
@@ -194,6 +211,7 @@ class PartitionState:
         n = len(acks)
         parking = self.parking
         newly_settled = 0
+        self.returned += n
         if n or parking:
             offsets = acks[:n]
             del acks[:n]  # one step each under the GIL: an ack appended meanwhile is kept
@@ -226,6 +244,7 @@ class PartitionState:
         n = len(retry_acks)
         acked = self.parked.intersection(retry_acks[:n])  # a duplicate ack counts once
         del retry_acks[:n]
+        self.returned += n
         self.parked -= acked
         attempts = self.attempts
         for offset in acked:

@@ -15,8 +15,15 @@ holder           the member that holds a unit (``GroupState.owners``). A holder 
 pending release  a unit the Assigner has taken away from its holder: the holder's
                  responses no longer list it in ``work_units`` and list it in ``release``
                  instead; it goes to its *target* (``PendingRelease.target``) when the
-                 holder hands it back (``released=`` of a heartbeat, or ``leave``) or when
-                 the holder's lease on it has run out (``PendingRelease.deadline``).
+                 holder hands it back (``released=`` of a heartbeat, or ``leave``), when
+                 the holder's lease runs out (it stopped heartbeating), or at the release
+                 deadline (``PendingRelease.deadline``): ``release_timeout_s`` after it
+                 was asked back (or the holder's lease then, if later). Until it hands
+                 the unit back, a live holder finishes the records of it that it has
+                 handed out and commits them: moved at the holder's lease (1.5 s), a unit
+                 went on to its next holder while records of it were still being handled,
+                 and those records (and those acked after the holder's last commit) were
+                 handled a second time, some by both members at once.
                  A unit removed from the routing stays pending (target None) until its
                  holder has let go, so that re-adding it cannot give it a second owner.
 lease            a response lets the member process the units it lists until its
@@ -32,14 +39,16 @@ of them over random histories)
    is listed only in its holder's responses, and only while it is not pending release.
 2. Release before move. A held unit reaches another member only after the holder
    released it (heartbeat ``released=``, or ``leave``: the caller promises the member has
-   stopped), or after every lease the holder was given on it has expired: its whole
-   lease (``expire``), or the last lease that listed the unit (the pending deadline).
+   stopped), after the holder's whole lease expired (``expire``), or at the pending
+   deadline: ``release_timeout_s`` after it was asked back, and never before the last
+   lease that listed the unit.
 3. Expiry bound. A member that stops heartbeating loses its units at its
    ``lease_expiry`` (``lease_ttl_s`` after its last heartbeat): the first operation with
    ``now >= lease_expiry`` removes it and hands its units to the others at once. A unit
-   asked back is handed over no later than the holder's lease expiry at the time it was
-   asked back, acknowledged or not. Members should stop a little *before* the expiry, on
-   their own clock, to cover network delay and clock skew.
+   asked back is handed over no later than ``release_timeout_s`` after it was asked back
+   (or the holder's lease expiry then, if later), acknowledged or not, and at the
+   holder's lease expiry if that comes first. Members should stop a little *before*
+   these, on their own clock, to cover network delay and clock skew.
 4. Generation monotonic. ``generation`` never decreases, and increases exactly when the
    set of units some member may process (``work_units`` of its next response) changes.
 5. Settled. After every operation, if the group has members, every work unit has a
@@ -167,6 +176,7 @@ from types import MappingProxyType
 from streamplane.exceptions import ConfigError
 
 __all__ = [
+    "RELEASE_TIMEOUT_S",
     "AssignerConfig",
     "GroupState",
     "MemberAssignment",
@@ -197,6 +207,10 @@ _FAILING_SHARE = 0.25
 _HEALTHY_SHARE = 0.5
 # Relative slack for float comparisons, so rounding can never make two moves undo each other.
 _EPS = 1e-9
+# How long a holder has to hand back a unit asked back from it (``release_timeout_s``):
+# it finishes the records of the unit its application holds and commits them first. The
+# consumer gives up on those records a little before it (``client.membership``).
+RELEASE_TIMEOUT_S = 10.0
 
 
 def _finite(value: float, what: str) -> float:
@@ -304,6 +318,10 @@ class AssignerConfig:
     # carries no more than a member with min_capacity headroom for this long after it
     # was last seen so: having shed its units it reads nothing, and looks healthy.
     failure_memory_s: float = 60.0
+    # A unit asked back from a live holder moves at most this long after it was asked
+    # (or at the holder's lease then, if later) if the holder has not handed it back by
+    # then: a hung handler does not keep a unit for ever ("pending release").
+    release_timeout_s: float = RELEASE_TIMEOUT_S
     seed: int = 0  # tie-breaks between members
 
     def __post_init__(self) -> None:
@@ -329,6 +347,8 @@ class AssignerConfig:
             raise ConfigError(f"handover_settle_s must be >= 0, got {self.handover_settle_s}")
         if _finite(self.failure_memory_s, "failure_memory_s") < 0:
             raise ConfigError(f"failure_memory_s must be >= 0, got {self.failure_memory_s}")
+        if _finite(self.release_timeout_s, "release_timeout_s") < 0:
+            raise ConfigError(f"release_timeout_s must be >= 0, got {self.release_timeout_s}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +374,9 @@ class PendingRelease:
 
     holder: str
     target: str | None  # the next holder; None: none yet (or the unit left the routing)
-    deadline: float  # the holder's last lease listing the unit ends here
+    # The unit moves on here if its holder has not handed it back: release_timeout_s
+    # after it was asked back, or the holder's last lease listing it, if later.
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,8 +744,13 @@ class _Draft:
 
     def revoke(self, unit: WorkUnit, target: str | None) -> None:
         holder = self.owners[unit]
-        # The holder's last response listing the unit granted at most this lease.
-        self.pending[unit] = PendingRelease(holder, target, self.members[holder].lease_expiry)
+        # The holder's last response listing the unit granted at most its lease; it
+        # gets release_timeout_s to finish the unit's records in hand and hand it back
+        # (if it stops heartbeating, its units move on at its lease expiry anyway).
+        deadline = max(
+            self.members[holder].lease_expiry, self.clock() + self.config.release_timeout_s
+        )
+        self.pending[unit] = PendingRelease(holder, target, deadline)
         self.releasing(holder).add(unit)
 
     def retarget(self, unit: WorkUnit, target: str | None) -> None:

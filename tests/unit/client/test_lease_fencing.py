@@ -139,6 +139,7 @@ def test_a_member_whose_lease_lapsed_hands_out_nothing_until_a_heartbeat_answers
     got = c.poll_batch(100, 0)
     assert [(m.partition, m.offset) for m in got] == [(0, o) for o in range(4, 10)]
     assert c.assignment() == [P0]
+    c.commit()
     assert [(topic, p) for topic, p, _ in commits.committed] == [(KEY.topic, 0)]
     assert P1 not in member._released  # not ours to hand back
 

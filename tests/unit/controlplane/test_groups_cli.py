@@ -49,8 +49,9 @@ def test_describe_names_pending_releases_with_their_target_and_unowned_units() -
     a, b = members
     assert (a["member_id"], a["cpu"], a["records_per_s"], a["lease_s"]) == ("a", 0.5, 40, 1.0)
     assert len(a["units"]) == len(a["releasing"]) == 2 and b["units"] == []
+    # a has release_timeout_s (10 s) from when it was asked to hand them back
     assert doc["pending_release"] == [
-        {"unit": u, "holder": "a", "target": "b", "deadline_s": 1.0} for u in a["releasing"]
+        {"unit": u, "holder": "a", "target": "b", "deadline_s": 9.5} for u in a["releasing"]
     ]
     clock.now += 5  # both leases run out: every unit is unowned
     [gone] = assigner.describe_all()

@@ -188,20 +188,54 @@ def test_a_rejoining_member_after_expiry_starts_empty() -> None:
     assert invariant_violations(state) == []
 
 
-def test_unacknowledged_release_moves_at_the_holders_lease_deadline() -> None:
-    state = initial_state(AssignerConfig(lease_ttl_s=2.0), units(4))
+def test_unacknowledged_release_moves_at_the_release_deadline() -> None:
+    """A live holder gets ``release_timeout_s`` from the moment a unit is asked back to
+    finish the records of it in hand and hand it back; it moved at the holder's lease
+    before (2 s here), while those records were still being handled."""
+    config = AssignerConfig(lease_ttl_s=2.0, release_timeout_s=6.0)
+    state = initial_state(config, units(4))
     state, a = heartbeat(state, "a", load(), now=0.0)  # lease to 2.0, listing all four
-    state, _ = heartbeat(state, "b", load(), now=0.5)
-    state, a = heartbeat(state, "a", load(), now=1.0)  # asked to release two
+    state, _ = heartbeat(state, "b", load(), now=0.5)  # a is asked for two units
+    state, a = heartbeat(state, "a", load(), now=1.0)
     assert len(a.release) == 2
-    # a keeps heartbeating but never releases: its lease on them was the one ending at 2.0.
-    state, a = heartbeat(state, "a", load(), now=1.9)
+    # a keeps heartbeating but never releases: the two move 6 s after they were asked.
+    for now in (1.9, 3.5, 5.0, 6.4):
+        state, a = heartbeat(state, "a", load(), now=now)
+        state, b = heartbeat(state, "b", load(), now=now + 0.05)
+        assert len(a.release) == 2 and b.work_units == frozenset(), now
+    state, b = heartbeat(state, "b", load(), now=6.5)
+    assert len(b.work_units) == 2
+    state, a = heartbeat(state, "a", load(), now=6.6)
+    assert a.release == frozenset() and len(a.work_units) == 2
+    assert invariant_violations(state) == []
+
+
+def test_a_release_never_moves_before_the_lease_that_listed_the_unit() -> None:
+    """With no time to release (``release_timeout_s=0``), the unit moves at the end of
+    the holder's last lease listing it, as before."""
+    state = initial_state(AssignerConfig(lease_ttl_s=2.0, release_timeout_s=0.0), units(4))
+    state, _ = heartbeat(state, "a", load(), now=0.0)  # lease to 2.0
+    state, _ = heartbeat(state, "b", load(), now=0.5)  # a is asked for two units
+    state, a = heartbeat(state, "a", load(), now=1.0)
+    assert len(a.release) == 2
     state, b = heartbeat(state, "b", load(), now=1.95)
     assert b.work_units == frozenset()
     state, b = heartbeat(state, "b", load(), now=2.0)
     assert len(b.work_units) == 2
-    state, a = heartbeat(state, "a", load(), now=2.1)
-    assert a.release == frozenset() and len(a.work_units) == 2
+
+
+def test_a_releasing_holder_that_stops_heartbeating_loses_its_units_at_its_lease() -> None:
+    """The release deadline gives a live holder time; a dead one loses everything at its
+    lease expiry, the units it was releasing included."""
+    state = initial_state(AssignerConfig(lease_ttl_s=2.0, release_timeout_s=30.0), units(4))
+    state, _ = heartbeat(state, "a", load(), now=0.0)
+    state, _ = heartbeat(state, "b", load(), now=0.5)  # a is asked for two units
+    state, a = heartbeat(state, "a", load(), now=1.0)  # a's last heartbeat: lease to 3.0
+    assert len(a.release) == 2
+    state, b = heartbeat(state, "b", load(), now=2.9)
+    assert b.work_units == frozenset()
+    state, b = heartbeat(state, "b", load(), now=3.0)
+    assert b.work_units == frozenset(units(4))
     assert invariant_violations(state) == []
 
 
@@ -633,6 +667,11 @@ class AssignerMachine(RuleBasedStateMachine):
         # What each member believes: the last answer's units and lease expiry.
         self.belief: dict[str, tuple[frozenset[WorkUnit], float]] = {}
         self.asked: dict[str, frozenset[WorkUnit]] = {}
+        # Per member, the units it was asked back and still holds: since when at the
+        # latest they were asked (its previous answered heartbeat, as the consumer
+        # counts), so the unit is its own until release_timeout_s after that.
+        self.releasing_since: dict[str, dict[WorkUnit, float]] = {}
+        self.last_beat: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
 
     @initialize(
@@ -698,6 +737,20 @@ class AssignerMachine(RuleBasedStateMachine):
         self.apply(new_state)
         self.belief[member_id] = (answer.work_units, answer.lease_expiry)
         self.asked[member_id] = answer.release
+        # No unit reaches a member while a live holder asked for it has not handed it
+        # back and its release time (counted from before it was asked) is not over.
+        timeout = new_state.config.release_timeout_s
+        for other, since in self.releasing_since.items():
+            if other == member_id or other not in new_state.members:
+                continue
+            for unit in answer.work_units & since.keys():
+                assert self.now >= since[unit] + timeout, (unit, other, since[unit])
+        before = self.last_beat.get(member_id, self.now)
+        mine = self.releasing_since.get(member_id, {})
+        self.releasing_since[member_id] = {
+            u: mine.get(u, before) for u in answer.release if u not in released
+        }
+        self.last_beat[member_id] = self.now
 
     @rule(dt=st.sampled_from(STEPS))
     def tick(self, dt: float) -> None:
@@ -709,6 +762,8 @@ class AssignerMachine(RuleBasedStateMachine):
         # A member leaving has stopped: it believes nothing any more.
         self.belief.pop(member_id, None)
         self.asked.pop(member_id, None)
+        self.releasing_since.pop(member_id, None)
+        self.last_beat.pop(member_id, None)
         self.apply(leave(self.state, member_id))
 
     @rule(new_units=st.sets(st.sampled_from(UNIVERSE)))
