@@ -6,6 +6,8 @@ at its next poll, reporting failures only, as librdkafka does for it."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -176,3 +178,49 @@ class Unreachable:
     def __getattr__(self, name: str) -> Any:
         self.calls.append(name)
         raise AssertionError(f"the control plane was called: {name}")
+
+
+class OutputBroker:
+    """The output stream's Kafka producer, reporting every record (``delivery_reports=
+    "all"``): ``report(i, error_code)`` serves record i's report at the next poll."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+        self.due: list[tuple[int, int | None]] = []
+        self.lock = threading.Lock()
+
+    def produce(self, topic: str, value: Any, key: Any, partition: int, callback: Any,
+                on_delivery: Any, timestamp: int, headers: Any) -> None:  # fmt: skip
+        self.callbacks.append(callback)
+
+    def report(self, i: int, code: int | None = None) -> None:
+        with self.lock:
+            self.due.append((i, code))
+
+    def poll(self, timeout: float = 0) -> int:
+        with self.lock:
+            due, self.due = self.due, []
+        for i, code in due:
+            self.callbacks[i](None if code is None else KafkaError(code), Message(topic="out"))
+        if not due:
+            time.sleep(min(timeout, 0.01))
+        return len(due)
+
+    def __len__(self) -> int:
+        return 0
+
+
+def output_producer(broker: OutputBroker, reports: str = "all") -> StreamProducer:
+    p = StreamProducer("out", None, delivery_reports=reports)  # type: ignore[arg-type]
+    counts = _TopicCounts(broker, ("out", "default"))  # type: ignore[arg-type]
+    route = _Route(broker, "sp.out.default.e1", "local-b", 1, counts)  # type: ignore[arg-type]
+    p._producers, p._routes = {"local-b": broker}, {"default": route}  # type: ignore[dict-item]
+    p._max_record_bytes, p._default_lane, p._opened = 1 << 20, "default", True
+    return p
+
+
+def unsettled(c: Any) -> int:
+    state = next(iter(c._states.values()))
+    with c._lock:
+        c._apply_acks()
+    return int(state.unsettled())

@@ -13,73 +13,18 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError
 
-from streamplane.client.producer import StreamProducer, _Route, _TopicCounts
 from streamplane.exceptions import ConfigError
-from tests.unit.client.harness import DlqBroker, consumer_of
+from tests.unit.client.harness import (
+    DlqBroker,
+    OutputBroker,
+    consumer_of,
+    output_producer,
+    unsettled,
+)
 from tests.unit.client.test_close_hand_out import closable_consumer_of
-
-
-class OutputBroker:
-    """The output stream's Kafka producer, reporting every record (``delivery_reports=
-    "all"``): ``report(i, error_code)`` serves record i's report at the next poll."""
-
-    def __init__(self) -> None:
-        self.callbacks: list[Any] = []
-        self.due: list[tuple[int, int | None]] = []
-        self.lock = threading.Lock()
-
-    def produce(self, topic: str, value: Any, key: Any, partition: int, callback: Any,
-                on_delivery: Any, timestamp: int, headers: Any) -> None:  # fmt: skip
-        self.callbacks.append(callback)
-
-    def report(self, i: int, code: int | None = None) -> None:
-        with self.lock:
-            self.due.append((i, code))
-
-    def poll(self, timeout: float = 0) -> int:
-        with self.lock:
-            due, self.due = self.due, []
-        for i, code in due:
-            self.callbacks[i](None if code is None else KafkaError(code), Message(topic="out"))
-        if not due:
-            time.sleep(min(timeout, 0.01))
-        return len(due)
-
-    def __len__(self) -> int:
-        return 0
-
-
-def output_producer(broker: OutputBroker, reports: str = "all") -> StreamProducer:
-    p = StreamProducer("out", None, delivery_reports=reports)  # type: ignore[arg-type]
-    counts = _TopicCounts(broker, ("out", "default"))  # type: ignore[arg-type]
-    route = _Route(broker, "sp.out.default.e1", "local-b", 1, counts)  # type: ignore[arg-type]
-    p._producers, p._routes = {"local-b": broker}, {"default": route}  # type: ignore[dict-item]
-    p._max_record_bytes, p._default_lane, p._opened = 1 << 20, "default", True
-    return p
-
-
-def unsettled(c: Any) -> int:
-    state = next(iter(c._states.values()))
-    with c._lock:
-        c._apply_acks()
-    return int(state.unsettled())
-
-
-def eventually(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
-@pytest.fixture
-def out() -> Any:
-    broker = OutputBroker()
-    producer = output_producer(broker)
-    yield producer, broker
-    producer._closed = True  # ends the report server
+from tests.waiting import wait_for
 
 
 def test_the_source_is_acked_once_its_output_is_delivered(out: Any) -> None:
@@ -92,7 +37,7 @@ def test_the_source_is_acked_once_its_output_is_delivered(out: Any) -> None:
     third.ack()
     assert unsettled(c) == 1  # the first waits for its output
     broker.report(0)  # delivered: the report server serves it
-    eventually(lambda: unsettled(c) == 0, "the source's ack")
+    wait_for("the source's ack", lambda: unsettled(c) == 0, 10)
     assert c.stats["nacked"] == 0
 
 
@@ -107,7 +52,7 @@ def test_a_source_with_two_outputs_waits_for_both(out: Any) -> None:
     time.sleep(0.1)
     assert unsettled(c) == 1
     broker.report(0)
-    eventually(lambda: unsettled(c) == 0, "the source's ack")
+    wait_for("the source's ack", lambda: unsettled(c) == 0, 10)
 
 
 def test_a_failed_output_nacks_the_source_to_be_handled_again(out: Any) -> None:
@@ -117,7 +62,7 @@ def test_a_failed_output_nacks_the_source_to_be_handled_again(out: Any) -> None:
     producer.send(b"result", source=msg)
     msg.ack()
     broker.report(0, KafkaError._MSG_TIMED_OUT)
-    eventually(lambda: c.stats["nacked"] == 1 if unsettled(c) == 1 else False, "the nack")
+    wait_for("the nack", lambda: c.stats["nacked"] == 1 if unsettled(c) == 1 else False, 10)
     assert msg.last_error is not None
     assert "not delivered" in msg.last_error and "MSG_TIMED_OUT" in msg.last_error
     # Counted as a failed delivery, not collected for ``flush`` to raise: the source

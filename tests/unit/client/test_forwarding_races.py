@@ -13,14 +13,15 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 import streamplane.client.consumer as consumer_module
-from tests.unit.client.harness import DlqBroker, consumer_of
-from tests.unit.client.test_close_hand_out import closable_consumer_of
-from tests.unit.client.test_forwarding import (
+from tests.unit.client.harness import (
+    DlqBroker,
     OutputBroker,
-    eventually,
+    consumer_of,
     output_producer,
     unsettled,
 )
+from tests.unit.client.test_close_hand_out import closable_consumer_of
+from tests.waiting import wait_for
 
 
 class StrictOutputBroker(OutputBroker):
@@ -37,14 +38,6 @@ class StrictOutputBroker(OutputBroker):
                     f"not {type(v).__name__}"
                 )
         super().produce(topic, value, key, partition, callback, on_delivery, timestamp, headers)
-
-
-@pytest.fixture
-def out() -> Any:
-    broker = OutputBroker()
-    producer = output_producer(broker)
-    yield producer, broker
-    producer._closed = True  # ends the report server
 
 
 class _BothInside:
@@ -96,7 +89,7 @@ def test_outputs_of_one_source_sent_from_two_threads_are_all_waited_for(
     orphan = next((i for i, cb in enumerate(broker.callbacks) if cb.forwarded is not msg._done), 0)
     broker.report(orphan, KafkaError._MSG_TIMED_OUT)
     broker.report(1 - orphan)
-    eventually(lambda: not broker.due, "both reports served")
+    wait_for("both reports served", lambda: not broker.due, 10)
     time.sleep(0.1)
     # (records whose outputs are on their way, records unsettled, records acked):
     # HEAD gives (1, 0, 1): a _Forwarded left behind for good (every close waits 5 s
@@ -141,7 +134,7 @@ def test_an_on_delivery_that_raises_does_not_stop_the_report_server(out: Any) ->
     producer.send(b"a", source=first, on_delivery=careless)
     first.ack()
     broker.report(0)
-    eventually(lambda: unsettled(c) == 1, "the first source's ack")
+    wait_for("the first source's ack", lambda: unsettled(c) == 1, 10)
     producer.send(b"b", source=second)
     second.ack()
     broker.report(1)
@@ -168,7 +161,7 @@ def test_close_from_the_handler_does_not_wait_for_its_own_record(
         handled.append(msg.offset)
         producer.send(b"result", source=msg)
         broker.report(len(handled) - 1)
-        eventually(lambda: broker.due == [], "the output's report served")
+        wait_for("the output's report served", lambda: broker.due == [], 10)
         if msg.offset == 1:
             c.close()
 

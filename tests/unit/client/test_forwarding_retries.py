@@ -8,8 +8,15 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from streamplane.client.consumer import _Redelivery
-from tests.unit.client.harness import Clock, DlqBroker, consumer_of
-from tests.unit.client.test_forwarding import OutputBroker, eventually, output_producer, unsettled
+from tests.unit.client.harness import (
+    Clock,
+    DlqBroker,
+    OutputBroker,
+    consumer_of,
+    output_producer,
+    unsettled,
+)
+from tests.waiting import wait_for
 
 
 def test_a_late_report_of_the_first_attempt_does_not_settle_the_retry(clock: Clock) -> None:
@@ -27,7 +34,7 @@ def test_a_late_report_of_the_first_attempt_does_not_settle_the_retry(clock: Clo
         producer.send(b"b", source=msg)
         msg.ack()
         broker.report(0, KafkaError._MSG_TIMED_OUT)
-        eventually(lambda: not broker.due, "report 0 served")
+        wait_for("report 0 served", lambda: not broker.due, 10)
         with c._lock:
             c._apply_acks()
         assert c.stats["nacked"] == 1
@@ -35,14 +42,14 @@ def test_a_late_report_of_the_first_attempt_does_not_settle_the_retry(clock: Clo
         (again,) = c.poll_batch(10, 0)
         assert again is msg and isinstance(again, _Redelivery) and again._done is False
         broker.report(1)  # attempt 1's second output, late
-        eventually(lambda: not broker.due, "report 1 served")
+        wait_for("report 1 served", lambda: not broker.due, 10)
         time.sleep(0.05)
         assert again._done is False and unsettled(c) == 1
         producer.send(b"a2", source=again)
         again.ack()
         assert unsettled(c) == 1
         broker.report(2)
-        eventually(lambda: unsettled(c) == 0, "the retry's ack")
+        wait_for("the retry's ack", lambda: unsettled(c) == 0, 10)
         assert c._forwarding == 0 and c.stats["acked"] == 1 and not state.parked
     finally:
         producer._closed = True
@@ -57,7 +64,7 @@ def test_reject_by_the_handler_while_outputs_are_on_their_way(clock: Any) -> Non
         producer.send(b"a", source=msg)
         msg.reject("bad")
         broker.report(0)
-        eventually(lambda: not broker.due, "report served")
+        wait_for("report served", lambda: not broker.due, 10)
         time.sleep(0.05)
         assert c._forwarding == 0 and c.stats["acked"] == 0
     finally:

@@ -10,13 +10,11 @@ were fenced; its records kept going to the application."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
 from confluent_kafka import Message
 
-import streamplane.client.membership as membership_module
 from streamplane.client.consumer import StreamConsumer
 from streamplane.client.membership import GroupMembership, unit_json
 from streamplane.client.partition_state import PartitionKey
@@ -73,21 +71,6 @@ def record(partition: int, offset: int) -> Message:
     return Message(
         topic=KEY.topic, partition=partition, offset=offset, value=b"v", timestamp=(1, offset)
     )
-
-
-class MemberTime:
-    """The membership module's ``time``: the test's clock, with the process's CPU time."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.monotonic = clock.monotonic
-        self.process_time = time.process_time
-
-
-@pytest.fixture
-def member_clock(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The consumer's clock, for the membership's lease too."""
-    monkeypatch.setattr(membership_module, "time", MemberTime(clock))
-    return clock
 
 
 def beat(member: GroupMembership) -> None:

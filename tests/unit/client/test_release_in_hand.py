@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-import streamplane.client.membership as membership_module
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.membership import LEASE_MARGIN_S, GroupMembership, unit_json
 from streamplane.client.partition_state import PartitionKey
@@ -102,21 +101,6 @@ def member_of(cp: Assigner, records: int = 10) -> tuple[StreamConsumer, GroupMem
     c._membership = member
     c._accept(KEY.cluster, [record(p, o) for p in (0, 1) for o in range(records)])
     return c, member, commits
-
-
-class MemberTime:
-    """The membership module's ``time``: the test's clock, with the process's CPU time."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.monotonic = clock.monotonic
-        self.process_time = time.process_time
-
-
-@pytest.fixture
-def member_clock(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The consumer's clock, for the membership too."""
-    monkeypatch.setattr(membership_module, "time", MemberTime(clock))
-    return clock
 
 
 def test_a_unit_asked_back_is_handed_back_once_its_records_in_hand_are_acked(

@@ -10,7 +10,7 @@ import pytest
 from streamplane.client.consumer import StreamMessage
 from tests.unit.client.harness import KEY
 from tests.unit.client.test_close_hand_out import closable_consumer_of
-from tests.unit.client.test_run_stall import _wait_for
+from tests.waiting import wait_for
 
 
 def test_a_run_interrupted_while_it_waits_for_its_handlers_can_still_be_closed() -> None:
@@ -39,7 +39,7 @@ def test_a_run_interrupted_while_it_waits_for_its_handlers_can_still_be_closed()
     def handler(msg: StreamMessage) -> None:
         started.append(msg.offset)
         if msg.offset == 3:  # 0, 1 and 2 are acked by then
-            _wait_for(lambda: c._states[KEY].acks or c._states[KEY].base == 3, "acks")
+            wait_for("acks", lambda: c._states[KEY].acks or c._states[KEY].base == 3, 10)
             stop.set()
             stall.wait(10)
 
@@ -53,4 +53,4 @@ def test_a_run_interrupted_while_it_waits_for_its_handlers_can_still_be_closed()
         assert progress.low_watermark >= 3, "0-2 not committed"
     finally:
         stall.set()
-    _wait_for(lambda: threading.active_count() < 50, "threads")
+    wait_for("threads", lambda: threading.active_count() < 50, 10)

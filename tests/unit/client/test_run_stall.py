@@ -14,19 +14,13 @@ import time
 
 from streamplane.client.consumer import StreamMessage
 from tests.unit.client.harness import DlqBroker, consumer_of
+from tests.waiting import wait_for
 
 
 def _run_in_background(target: object, **kwargs: object) -> threading.Thread:
     thread = threading.Thread(target=target, kwargs=kwargs, daemon=True)  # type: ignore[arg-type]
     thread.start()
     return thread
-
-
-def _wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_a_stopped_run_starts_none_of_the_records_queued_for_its_threads() -> None:
@@ -40,7 +34,7 @@ def test_a_stopped_run_starts_none_of_the_records_queued_for_its_threads() -> No
         stall.wait()
 
     runner = _run_in_background(c.run, handler=handler, concurrency=2, stop=stop)
-    _wait_for(lambda: len(started) == 2, "both threads stalled")
+    wait_for("both threads stalled", lambda: len(started) == 2, 10)
     time.sleep(0.5)  # the poll thread queues 2 more tasks, then waits for a place
     stop.set()
     time.sleep(0.5)  # the run sees the stop while every handler is stalled
@@ -75,9 +69,9 @@ def test_acks_are_committed_while_every_handler_thread_is_stalled() -> None:
             stall.wait()
 
     runner = _run_in_background(c.run, handler=handler, concurrency=2, stop=stop)
-    _wait_for(lambda: len(stalled) == 2, "both threads stalled")
+    wait_for("both threads stalled", lambda: len(stalled) == 2, 10)
     stalled_at = time.monotonic()
-    _wait_for(lambda: any(t > stalled_at + 0.2 for t in commits), "a commit during the stall")
+    wait_for("a commit during the stall", lambda: any(t > stalled_at + 0.2 for t in commits), 10)
     # The five records acked before the stall are committed (the low watermark moved
     # past them) while the run still waits: the old code committed nothing until a
     # place freed up.
