@@ -98,15 +98,13 @@ def test_a_group_spread_over_two_replicas_shares_its_partitions(
             # A leader that has just started answers from its members' claims for its
             # recovery window (a lease and a second): the group is described once it
             # has been rebuilt.
-            wait_for(
-                "both members in the leader's group",
-                lambda: (
-                    {m["member_id"] for m in leader.describe_group("g")["members"]}
-                    == {on_a.member_id, on_b.member_id}
-                ),
-                15,
-                every=0.2,
-            )
+            def rebuilt() -> bool:
+                doc = leader.describe_group("g")
+                members = {m["member_id"] for m in doc["members"]}
+                # in the window, describe shows the members' claims (generation 0)
+                return not doc["recovering"] and members == {on_a.member_id, on_b.member_id}
+
+            wait_for("both members in the leader's group", rebuilt, 15, every=0.2)
             # both through the follower too: it forwards to the leader
             assert follower.describe_group("g")["generation"] >= 1
             deadline = time.monotonic() + 60
