@@ -16,13 +16,14 @@ from streamplane.cli.connection import (
     echo_json,
     format_tags,
     json_option,
-    local_fleet_clusters,
     parse_key_values,
 )
 from streamplane.cli.local import data_dir_option
 from streamplane.cli.output import table
 from streamplane.client.control_plane import ControlPlaneClient, same_bootstrap
+from streamplane.core.text import counted
 from streamplane.exceptions import Conflict
+from streamplane.local.fleet import FleetDescriptor, descriptor_path
 
 TAG_HELP = "A tag KEY=VALUE (repeatable)."
 
@@ -212,10 +213,61 @@ def remove(name: str, url: str, token: str | None) -> None:
 @dataclass(frozen=True)
 class LocalImport:
     """What `clusters import-local` did: the clusters registered or refreshed, and one
-    line per cluster it refused to re-point."""
+    line per cluster it refused to register or re-point."""
 
     clusters: list[dict[str, Any]]
     refused: list[str]
+
+
+@dataclass(frozen=True)
+class LocalCluster:
+    """A cluster of the local fleet as its descriptor names it."""
+
+    name: str
+    bootstrap: str
+    kafka_cluster_id: str
+
+
+def local_fleet(data_dir: Path) -> list[LocalCluster]:
+    """Every cluster of the local fleet's descriptor, with the Kafka cluster id its
+    brokers were formatted with (known whether or not they are up)."""
+    desc = FleetDescriptor.load(descriptor_path(data_dir))
+    return [LocalCluster(c.name, c.bootstrap, c.cluster_id) for c in desc.clusters.values()]
+
+
+def registered_elsewhere(
+    local: LocalCluster, registered: Iterable[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The registration, under another name than ``local``'s, of ``local``'s Kafka
+    cluster, None if there is none: a cluster recorded as its Kafka cluster id, or one
+    whose id is not recorded (registered before ids were, or forced while it did not
+    answer) at its bootstrap. Importing it would give one Kafka cluster two names."""
+    for doc in registered:
+        if doc["name"] == local.name:
+            continue
+        recorded = doc.get("kafka_cluster_id")
+        if recorded == local.kafka_cluster_id or (
+            not recorded and same_bootstrap(doc["bootstrap"], local.bootstrap)
+        ):
+            return doc
+    return None
+
+
+def _two_names(local: LocalCluster, other: Mapping[str, Any], new: bool) -> str:
+    """The refusal of a cluster (``new``: not registered yet) whose Kafka cluster is
+    registered as ``other``."""
+    name, bootstrap = local.name, local.bootstrap
+    what, anyway = (
+        ("imported", f"streamplane clusters add {name} {bootstrap} --force")
+        if new
+        else ("re-pointed", f"streamplane clusters update {name} --bootstrap {bootstrap} --force")
+    )
+    return (
+        f"cluster {name!r} not {what}: {bootstrap} is Kafka cluster {local.kafka_cluster_id}, "
+        f"already registered as {other['name']!r} ({other['bootstrap']}): one name per Kafka "
+        f"cluster; to import it as {name!r}: `streamplane clusters remove {other['name']}` "
+        f"first; to give it both names: `{anyway}` (or `clusters import-local --force`)"
+    )
 
 
 def import_local_clusters(
@@ -227,33 +279,54 @@ def import_local_clusters(
     clusters: one may be down), and a registered one is moved to the descriptor's
     bootstrap even if that is another Kafka cluster (`local up` after `local down
     --purge` makes new ones, maybe at new ports) unless streams have segments on it
-    (the server's ``protect_segments``): that one is left as it is, named in
-    ``refused``, and the others are imported. An unchanged bootstrap keeps its recorded
-    Kafka cluster id. ``force`` moves every cluster, segments or not, and records the
-    Kafka cluster answering at each bootstrap now (what this command did before)."""
+    (the server's ``protect_segments``). A cluster is neither registered nor moved
+    when its Kafka cluster (the descriptor's id) is registered under another name
+    (``registered_elsewhere``: one Kafka cluster would have two names, which a forced
+    registration does not check). Those are left as they are, named in ``refused``,
+    and the others are imported. An unchanged bootstrap keeps its recorded Kafka
+    cluster id. ``force`` moves every cluster, segments or not, records the Kafka
+    cluster answering at each bootstrap now (what this command did before), and
+    registers or moves one registered under another name too."""
     imported: list[dict[str, Any]] = []
     refused: list[str] = []
-    for name, bootstrap in local_fleet_clusters(data_dir):
-        try:
-            imported.append(cp.register_cluster(name, bootstrap, LOCAL_TAGS, force=True))
+    registered = {doc["name"]: doc for doc in cp.list_clusters()}
+    for local in local_fleet(data_dir):
+        current = registered.get(local.name)
+        unchanged = current is not None and same_bootstrap(current["bootstrap"], local.bootstrap)
+        other = None if force or unchanged else registered_elsewhere(local, registered.values())
+        if other is not None:
+            refused.append(_two_names(local, other, new=current is None))
             continue
-        except Conflict:
-            current = cp.get_cluster(name)
-        tags = {**LOCAL_TAGS, **current["tags"]}  # the user's win
-        unchanged = same_bootstrap(current["bootstrap"], bootstrap)
-        moved = None if unchanged and not force else bootstrap
         try:
-            imported.append(
-                cp.update_cluster(name, moved, tags, force=True, protect_segments=not force)
-            )
+            doc = _import_one(cp, local, current, force)
         except Conflict as exc:
             if force:
                 raise
             refused.append(
-                f"{exc}; to re-point it anyway: `streamplane clusters update {name} "
-                f"--bootstrap {bootstrap} --force` (or `clusters import-local --force`)"
+                f"{exc}; to re-point it anyway: `streamplane clusters update {local.name} "
+                f"--bootstrap {local.bootstrap} --force` (or `clusters import-local --force`)"
             )
+            continue
+        imported.append(doc)
+        registered[local.name] = doc  # (a cluster later in the fleet is compared with it)
     return LocalImport(imported, refused)
+
+
+def _import_one(
+    cp: ControlPlaneClient, local: LocalCluster, current: dict[str, Any] | None, force: bool
+) -> dict[str, Any]:
+    """Register ``local`` (``current`` None: not registered), or refresh its registration
+    ``current`` (``import_local_clusters``). Raises Conflict if the server refuses the
+    move (``protect_segments``)."""
+    if current is None:
+        try:
+            return cp.register_cluster(local.name, local.bootstrap, LOCAL_TAGS, force=True)
+        except Conflict:  # registered meanwhile
+            current = cp.get_cluster(local.name)
+    tags = {**LOCAL_TAGS, **current["tags"]}  # the user's win
+    unchanged = same_bootstrap(current["bootstrap"], local.bootstrap)
+    moved = None if unchanged and not force else local.bootstrap
+    return cp.update_cluster(local.name, moved, tags, force=True, protect_segments=not force)
 
 
 @clusters.command("import-local")
@@ -263,15 +336,17 @@ def import_local_clusters(
     is_flag=True,
     help="Re-point every registered cluster to the fleet's bootstrap, even one with "
     "segments of streams on it whose new address is another Kafka cluster (or does not "
-    "answer), and record the Kafka cluster answering there now.",
+    "answer), and record the Kafka cluster answering there now; register or re-point a "
+    "cluster even if its Kafka cluster is registered under another name.",
 )
 @json_option
 @connection_options
 def import_local(data_dir: Path, force: bool, as_json: bool, url: str, token: str | None) -> None:
     """Register the clusters of the local fleet (`streamplane local up`), tagged env=local,
     or move registered ones to the fleet's bootstrap. A cluster with segments of streams
-    on it is not moved to another Kafka cluster unless --force: it is named on stderr,
-    the others are imported, and the exit code is 1."""
+    on it is not moved to another Kafka cluster, and a Kafka cluster registered under
+    another name is neither registered nor moved to, unless --force: each is named on
+    stderr, the others are imported, and the exit code is 1."""
     with connect(url, token) as cp:
         done = import_local_clusters(cp, data_dir, force)
     if as_json:
@@ -282,6 +357,6 @@ def import_local(data_dir: Path, force: bool, as_json: bool, url: str, token: st
         click.echo(f"refused: {line}", err=True)
     if done.refused:
         raise Conflict(
-            f"{len(done.refused)} local cluster(s) not re-pointed (see above); the others "
+            f"{counted(len(done.refused), 'local cluster')} refused (see above); the others "
             "were imported"
         )

@@ -30,7 +30,9 @@ def dlq() -> None:
 @connection_options
 @json_option
 def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool) -> None:
-    """List dead-lettered records of STREAM, oldest first (commits nothing).
+    """List dead-lettered records of STREAM, oldest first (commits nothing): every one
+    still in Kafka, those of dlq segments a failover left behind and since retired
+    included (marked "(retired)": `dlq replay` does not send them).
 
     With --json, a key or value is its text when it is valid UTF-8 ("" when empty, null
     when the record has none); any other bytes are given exactly, in base64, as
@@ -39,7 +41,8 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
     value given as a key's is; "replayed_from" is the dead letter a replayed copy came
     from (its sp-replayed-from header), else null; "origin" is the original record
     (cluster:topic:partition:offset) its replayed copy would carry as sp-origin, the
-    same for every dead letter of one record. The JSON is a list of the records; when
+    same for every dead letter of one record; "cluster" is where its topic is, and
+    "retired" whether its segment is retired. The JSON is a list of the records; when
     more follow past --limit, stderr says so. The table marks a replayed copy's origin
     "(replayed)"."""
     if limit < 1:
@@ -52,6 +55,7 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
             json.dumps(
                 [
                     {
+                        "cluster": d.cluster,
                         "topic": d.topic,
                         "partition": d.partition,
                         "offset": d.offset,
@@ -61,6 +65,7 @@ def list_cmd(stream: str, limit: int, url: str, token: str | None, as_json: bool
                         "headers": [{"name": k, **_bytes_field("value", v)} for k, v in d.headers],
                         "replayed_from": d.replayed_from,
                         "origin": d.origin,
+                        "retired": d.retired,
                     }
                     for d in letters
                 ],
@@ -112,7 +117,8 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
     """``limit``: the listing stopped there, with more records after it."""
     rows = [
         [
-            f"{d.topic}[{d.partition}]@{d.offset}",
+            _where(d),
+            d.cluster,
             "-",
             "(no provenance: written to the dlq lane directly)" + _replayed(d),
             "-",
@@ -120,7 +126,8 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
         ]
         if not d.provenance
         else [
-            f"{d.topic}[{d.partition}]@{d.offset}",
+            _where(d),
+            d.cluster,
             _one_line(d.provenance.get("lane", "?")),
             _one_line(
                 f"{d.provenance.get('topic', '?')}[{d.provenance.get('partition', '?')}]"
@@ -137,11 +144,17 @@ def _print_table(letters: list[DeadLetter], limit: int | None) -> None:
         ]
         for d in letters
     ]
-    click.echo(table(["dlq record", "lane", "origin", "attempts", "error"], rows))
+    click.echo(table(["dlq record", "cluster", "lane", "origin", "attempts", "error"], rows))
     if limit is None:
         click.echo(counted(len(letters), "record"))
     else:
         click.echo(_more_follow(limit))
+
+
+def _where(d: DeadLetter) -> str:
+    """The table's dlq record: ``topic[partition]@offset``, marked ``(retired)`` when its
+    segment is retired (`dlq replay` does not send it)."""
+    return f"{d.topic}[{d.partition}]@{d.offset}" + (" (retired)" if d.retired else "")
 
 
 def _replayed(d: DeadLetter) -> str:

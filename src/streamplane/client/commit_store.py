@@ -6,7 +6,9 @@ When the full state does not fit, it is written to the compacted side topic
 ``sp.<stream>.__commitlog`` (key: group, topic, partition) and the metadata carries a
 pointer to that record plus as much of the state as fits. Reading back follows the
 pointer and checks the blob's checksum; if the side record cannot be read, the
-truncated state in the metadata is used, which is always safe (only redelivery).
+truncated state in the metadata is used, which is always safe (only redelivery). The
+side topic is replicated as a stream's topics are (``streamplane.core.replication``:
+min(3, live brokers) replicas, ``min.insync.replicas`` 2 with 3 or more, else 1).
 
 A side topic that is missing (deleted by hand: deleting the stream deletes it with the
 stream) is told at once, from the reader's metadata or the read's error, and said so,
@@ -43,7 +45,11 @@ from streamplane.core.commitlog import (
     encode_full,
     encode_spill_pointer,
 )
-from streamplane.core.replication import replication_factor
+from streamplane.core.replication import (
+    MIN_INSYNC_REPLICAS,
+    min_insync_replicas,
+    replication_factor,
+)
 from streamplane.core.routing import commitlog_topic
 from streamplane.core.text import counted
 from streamplane.exceptions import CodecError, KafkaError
@@ -72,6 +78,14 @@ _COORDINATOR_MOVING = frozenset(
 _BUDGET_RETRY_S = 30.0
 
 SIDE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+
+
+def side_topic_config(replicas: int) -> dict[str, str]:
+    """The configs of a side topic made with ``replicas`` replicas: ``SIDE_TOPIC_CONFIG``
+    and the ``min.insync.replicas`` a stream's topics get (``min_insync_replicas``: 2 of
+    3), so a spilled state acknowledged (``acks=all``) is held by two copies."""
+    return {**SIDE_TOPIC_CONFIG, MIN_INSYNC_REPLICAS: str(min_insync_replicas(replicas))}
+
 
 # How long a spilled record is waited for: ``_SPILL_POLLS`` polls of ``_SPILL_POLL_S``.
 _SPILL_POLLS = 20
@@ -258,9 +272,9 @@ class CommitStore:
             if self._side_producer is None:
                 admin = KafkaAdmin(self._bootstrap)
                 replicas = replication_factor(admin.live_broker_count())
-                err = admin.create_topics([(self.side_topic, 1, replicas, SIDE_TOPIC_CONFIG)])[
-                    self.side_topic
-                ]
+                err = admin.create_topics(
+                    [(self.side_topic, 1, replicas, side_topic_config(replicas))]
+                )[self.side_topic]
                 if err is not None and err.code != "TOPIC_ALREADY_EXISTS":
                     raise err
                 producer = Producer(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import KafkaError as _RawKafkaError
 from confluent_kafka import KafkaException as _RawKafkaException
 
+from streamplane.client.commit_store import is_topic_missing_error
 from streamplane.client.consumer import StreamConsumer, StreamMessage
 from streamplane.client.control_plane import ControlPlaneClient
 from streamplane.client.partition_state import PartitionKey
@@ -40,7 +42,7 @@ from streamplane.exceptions import (
     RecordTooLarge,
 )
 from streamplane.kafka.admin import KafkaAdmin, to_kafka_error
-from streamplane.kafka.clients import consumer_config
+from streamplane.kafka.clients import consume_available, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ class DeadLetter:
     value: bytes | None
     provenance: dict[str, str]
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    # Its segment is retired: `dlq replay` does not read it (the stream's replay group
+    # settled it, or an operator retired it by hand to give its dead letters up).
+    retired: bool = False
 
     @property
     def replayed_from(self) -> str | None:
@@ -161,28 +166,60 @@ def _drain(consumer: StreamConsumer, idle_s: float, each: Callable[[StreamMessag
             return
 
 
+def _dead_letter(
+    cluster: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    retired: bool = False,
+) -> DeadLetter:
+    return DeadLetter(
+        cluster,
+        topic,
+        partition,
+        offset,
+        key,
+        value,
+        read_provenance(headers),
+        tuple((k, v) for k, v in headers or [] if not k.startswith(PREFIX)),
+        retired,
+    )
+
+
 def list_dead_letters(
     client: ControlPlaneClient, stream: str, limit: int = 100, idle_s: float = 2.0
 ) -> DlqListing:
     """Up to ``limit`` records of the dlq lane, oldest first, whether more follow, and
-    the partitions that could not be read. Commits nothing."""
+    the partitions that could not be read. Commits nothing.
+
+    Every dead letter still in Kafka is listed: those of the readable dlq segments, read
+    by a read-only ``StreamConsumer``, and before them those of the retired ones, which
+    no consumer reads (``_RetiredRead``; a segment the sealer retires during the listing
+    is read too). A dlq segment a failover left behind is retired once the stream's
+    replay group has settled it, and its dead letters used to leave the listing then,
+    while the replayed ones of the active segment stayed in it."""
     out: list[DeadLetter] = []
     consumer = StreamConsumer(
         stream, f"sp-dlq-list-{time.time_ns()}", client, lanes=[DLQ_LANE], read_only=True
     )
     with consumer:
+        # After the consumer read the routing: a segment retired in between is read by
+        # this, and one retired after by the second look below (both: listed once).
+        retired = _RetiredRead(client, _retired_dlq_segments(client, stream), limit + 1, idle_s)
 
         def each(msg: StreamMessage) -> bool:
             out.append(
-                DeadLetter(
+                _dead_letter(
                     msg.cluster,
                     msg.topic,
                     msg.partition,
                     msg.offset,
                     msg.key,
                     msg.value,
-                    read_provenance(msg.headers),
-                    tuple((k, v) for k, v in msg.headers or [] if not k.startswith(PREFIX)),
+                    msg.headers,
                 )
             )
             msg.ack()  # nothing is committed (read-only); it keeps the in-flight window open
@@ -190,8 +227,168 @@ def list_dead_letters(
 
         _drain(consumer, idle_s, each)
         unread = consumer.unfinished_partitions() if len(out) <= limit else []
+    try:
+        looked_at = {(seg.cluster, seg.topic) for seg in retired.segments}
+        retired_since = [
+            seg
+            for seg in _retired_dlq_segments(client, stream)
+            if (seg.cluster, seg.topic) not in looked_at
+        ]
+    except ControlPlaneError as exc:  # (its segments were read while they were readable)
+        log.warning("%s: dlq segments retired during the listing not looked for: %s", stream, exc)
+        retired_since = []
+    if retired_since:
+        retired.read(client, retired_since)
+    old = retired.result()
     missing = _missing_topics(client, stream, unread) if unread else frozenset()
-    return DlqListing(out[:limit], unread, more=len(out) > limit, missing=missing)
+    seen = {(d.cluster, d.topic, d.partition, d.offset) for d in old.letters}
+    letters = old.letters + [
+        d for d in out if (d.cluster, d.topic, d.partition, d.offset) not in seen
+    ]
+    more = len(letters) > limit
+    unread = (
+        []
+        if more
+        else sorted({*unread, *old.unread}, key=lambda k: (k.cluster, k.topic, k.partition))
+    )
+    return DlqListing(letters[:limit], unread, more=more, missing=missing)
+
+
+def _retired_dlq_segments(client: ControlPlaneClient, stream: str) -> list[Segment]:
+    """The retired segments of ``stream``'s dlq lane, oldest first."""
+    table = client.routing(stream)
+    return sorted(
+        (s for s in table.segments if s.lane == DLQ_LANE and s.state is SegmentState.RETIRED),
+        key=lambda s: (s.epoch, s.cluster, s.topic),
+    )
+
+
+@dataclass(frozen=True)
+class _RetiredLetters:
+    """What ``_RetiredRead`` read: the dead letters, oldest segment first, and the
+    partitions it could not read to their end."""
+
+    letters: list[DeadLetter]
+    unread: list[PartitionKey]
+
+
+class _RetiredRead:
+    """The dead letters of retired dlq segments, read straight from their topics (no
+    group: nothing is committed) in the background, a thread per segment, so a
+    cluster that does not answer holds up none of the others: up to ``limit`` of each
+    segment, from its first record still kept to its end. A segment whose topic is
+    missing (deleted since) has none; one whose cluster is no longer registered is
+    passed over; the partitions of one whose cluster does not answer (or stops
+    answering: nothing arrives for ``idle_s``) are unread."""
+
+    def __init__(
+        self, client: ControlPlaneClient, segments: list[Segment], limit: int, idle_s: float
+    ) -> None:
+        self.segments: list[Segment] = []
+        self._limit = limit
+        self._idle_s = idle_s
+        self._threads: list[threading.Thread] = []
+        self._answers: dict[int, tuple[list[DeadLetter], list[PartitionKey]]] = {}
+        self.read(client, segments)
+
+    def read(self, client: ControlPlaneClient, segments: list[Segment]) -> None:
+        """Read ``segments`` too."""
+        for seg in segments:
+            index = len(self.segments)
+            self.segments.append(seg)
+            try:
+                bootstrap = client.cluster_bootstrap(seg.cluster)
+            except NotFound:  # only a retired segment outlives its cluster's registration
+                log.info("dlq segment %s not listed: cluster %s is not registered any more",
+                         seg.topic, seg.cluster)  # fmt: skip
+                self._answers[index] = ([], [])
+                continue
+            thread = threading.Thread(
+                target=self._read_one,
+                args=(index, bootstrap, seg),
+                name=f"sp-dlq-retired-{seg.cluster}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _read_one(self, index: int, bootstrap: str, seg: Segment) -> None:
+        keys = [PartitionKey(seg.cluster, seg.topic, p) for p in range(seg.partitions)]
+        try:
+            self._answers[index] = _read_retired(bootstrap, seg, self._limit, self._idle_s)
+        except Exception as exc:  # raw librdkafka errors too: its partitions are unread
+            log.warning("cluster %s (%s): retired dlq segment %s not read: %s",
+                        seg.cluster, bootstrap, seg.topic, exc)  # fmt: skip
+            self._answers[index] = ([], keys)
+
+    def result(self) -> _RetiredLetters:
+        """Once every segment is read (each read ends by itself: the cluster's
+        timeouts, ``idle_s`` without a record)."""
+        for thread in self._threads:
+            thread.join()
+        letters: list[DeadLetter] = []
+        unread: list[PartitionKey] = []
+        for index in range(len(self.segments)):
+            got, not_read = self._answers[index]
+            letters += got
+            unread += not_read
+        return _RetiredLetters(letters, unread)
+
+
+def _read_retired(
+    bootstrap: str, seg: Segment, limit: int, idle_s: float
+) -> tuple[list[DeadLetter], list[PartitionKey]]:
+    """Up to ``limit`` records of retired dlq segment ``seg`` (its topic on
+    ``bootstrap``), partition by partition, and the partitions not read to their end
+    (none when the limit was reached). Raises KafkaError if the cluster does not tell
+    where the partitions end."""
+    consumer = Consumer(
+        consumer_config(bootstrap, f"sp-dlq-list-{time.time_ns()}", {"enable.partition.eof": True})
+    )
+    try:
+        try:
+            meta = consumer.list_topics(seg.topic, timeout=_ENDS_TIMEOUT_S).topics.get(seg.topic)
+        except _RawKafkaException as exc:
+            raise to_kafka_error(exc, f"metadata of {seg.topic}") from exc
+        if meta is None or is_topic_missing_error(meta.error):
+            return [], []  # deleted since it was retired: none of its letters is kept
+        if meta.error is not None:
+            raise KafkaError(f"metadata of {seg.topic}: {meta.error.str()}")
+        ends: dict[int, int] = {}  # the partitions with records, to be read up to there
+        for p in sorted(meta.partitions):
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(seg.topic, p), timeout=_ENDS_TIMEOUT_S
+                )
+            except _RawKafkaException as exc:
+                raise to_kafka_error(exc, f"end offsets of {seg.topic}") from exc
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(seg.topic, p, OFFSET_BEGINNING) for p in ends])
+        letters: list[DeadLetter] = []
+        last = time.monotonic()
+        while ends and len(letters) < limit and time.monotonic() - last < idle_s:
+            for msg in consume_available(consumer, 500, 0.2):
+                p, error = msg.partition() or 0, msg.error()
+                if error is not None:
+                    if error.code() == _RawKafkaError._PARTITION_EOF:
+                        ends.pop(p, None)
+                    continue
+                last = time.monotonic()
+                offset = msg.offset() or 0
+                if offset >= ends.get(p, 0) - 1:
+                    ends.pop(p, None)
+                headers: list[tuple[str, bytes | None]] | None = msg.headers()  # type: ignore[assignment]
+                letter = _dead_letter(
+                    seg.cluster, seg.topic, p, offset, msg.key(), msg.value(), headers, retired=True
+                )
+                letters.append(letter)
+        letters.sort(key=lambda d: (d.partition, d.offset))
+        if len(letters) >= limit:
+            return letters[:limit], []
+        return letters, [PartitionKey(seg.cluster, seg.topic, p) for p in sorted(ends)]
+    finally:
+        consumer.close()
 
 
 def _missing_topics(

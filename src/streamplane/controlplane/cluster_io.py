@@ -2,14 +2,16 @@
 
 - ``probe``: metadata, then one record produced to every partition of the health topic
   ``__streamplane_health`` (created on demand with a partition per broker, so each broker
-  leads one), all within a short timeout. Each write needs its leader only
-  (``acks=1``): the probe asks whether the cluster takes writes, not whether every
-  replica is in sync. Losing one broker of several leaves the cluster taking writes:
-  the probe reports which partitions failed (the cluster is ``degraded``), and fails
-  only when no write is acknowledged (with ``acks=all`` a dead follower held every
-  write of the partitions it replicated until the controller fenced it, ~9 s, longer
-  than the 3 s after which a cluster is down: a healthy 3-broker cluster that lost one
-  broker had its streams failed over);
+  leads one, and replicated as a stream's topics are, ``streamplane.core.replication``:
+  ``min.insync.replicas`` 2 of 3), all within a short timeout. Each write needs its
+  leader only (``acks=1``, which ``min.insync.replicas`` does not bind): the probe asks
+  whether the cluster takes writes, not whether every replica is in sync. Losing one
+  broker of several leaves the cluster taking writes: the probe reports which
+  partitions failed (the cluster is ``degraded``), and fails only when no write is
+  acknowledged (with ``acks=all`` a dead follower held every write of the partitions
+  it replicated until the controller fenced it, ~9 s, longer than the 3 s after which
+  a cluster is down: a healthy 3-broker cluster that lost one broker had its streams
+  failed over);
 - ``end_offsets``: the end offset of every partition of a topic (to seal a segment);
 - ``committed``: per consumer group, its committed offsets on some topics (to retire one);
 - ``fence``: make a retired segment's topic refuse every write (``FENCED_TOPIC_CONFIG``).
@@ -44,7 +46,11 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
-from streamplane.core.replication import replication_factor
+from streamplane.core.replication import (
+    MIN_INSYNC_REPLICAS,
+    min_insync_replicas,
+    replication_factor,
+)
 from streamplane.exceptions import KafkaError
 from streamplane.kafka.admin import (
     QUIET,
@@ -237,11 +243,15 @@ class KafkaClusterIO:
     def _create_health_topic(self, brokers: int, timeout: float) -> None:
         from confluent_kafka.admin import NewTopic
 
+        replicas = replication_factor(brokers)
         topic = NewTopic(
             HEALTH_TOPIC,
             num_partitions=brokers,
-            replication_factor=replication_factor(brokers),
-            config={"retention.ms": _HEALTH_RETENTION_MS},
+            replication_factor=replicas,
+            config={
+                "retention.ms": _HEALTH_RETENTION_MS,
+                MIN_INSYNC_REPLICAS: str(min_insync_replicas(replicas)),
+            },
         )
         fut = self._admin.create_topics([topic], request_timeout=timeout)[HEALTH_TOPIC]
         try:

@@ -175,7 +175,9 @@ def test_import_local_does_not_repoint_a_cluster_with_segments(
 ) -> None:
     """A descriptor naming another Kafka cluster local-a (local-b's brokers, as a new
     fleet would be) does not move local-a while a stream has segments there, unless
-    --force. Its own control plane: a wrong move must not reach the session's."""
+    --force. Its own control plane: a wrong move must not reach the session's. (local-b
+    is not registered there: local-a would be refused as a Kafka cluster registered
+    under another name, ``test_import_local_does_not_give_a_kafka_cluster_two_names``.)"""
     a, b = fleet.cluster("local-a"), fleet.cluster("local-b")
     elsewhere = tmp_path / "new-fleet"
     elsewhere.mkdir()
@@ -187,8 +189,7 @@ def test_import_local_does_not_repoint_a_cluster_with_segments(
     topics: set[str] = set()
     try:
         with cp.client() as client:
-            for cluster in (a, b):
-                client.register_cluster(cluster.name, cluster.bootstrap, {"env": "local"})
+            client.register_cluster(a.name, a.bootstrap, {"env": "local"})
             topics |= {s.topic for s in client.create_stream(stream, "local-a").segments}
             refused = run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere))
             assert refused.returncode == 1
@@ -199,7 +200,7 @@ def test_import_local_does_not_repoint_a_cluster_with_segments(
                 f"{stream} there; to re-point it anyway: `streamplane clusters update "
                 f"local-a --bootstrap {b.bootstrap} --force` (or `clusters import-local "
                 "--force`)",
-                "error: 1 local cluster(s) not re-pointed (see above); the others were imported",
+                "error: 1 local cluster refused (see above); the others were imported",
             ]
             assert client.get_cluster("local-a")["kafka_cluster_id"] == a.cluster_id
             ok(run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere), "--force"))
@@ -209,6 +210,40 @@ def test_import_local_does_not_repoint_a_cluster_with_segments(
     finally:
         cp.stop()
         KafkaAdmin(a.bootstrap).delete_topics(sorted(topics))
+
+
+def test_import_local_does_not_give_a_kafka_cluster_two_names(
+    fleet: FleetDescriptor, tmp_path: Path
+) -> None:
+    """A descriptor naming local-a's Kafka cluster (its brokers, its cluster id) local-x
+    too: local-x is refused, naming local-a, and the others are imported (it used to be
+    registered, forced, so unchecked: two names for one Kafka cluster); --force
+    registers it all the same."""
+    a = fleet.cluster("local-a")
+    elsewhere = tmp_path / "fleet"
+    elsewhere.mkdir()
+    clusters = {**fleet.clusters, "local-x": a.model_copy(update={"name": "local-x"})}
+    fleet.model_copy(update={"clusters": clusters}).save(descriptor_path(elsewhere))
+    cp = ControlPlaneProcess(tmp_path / "cp", extra_args=["--no-health"])
+    cp.start()
+    try:
+        with cp.client() as client:
+            client.register_cluster(a.name, a.bootstrap, {"env": "local"})
+            refused = run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere))
+            assert refused.returncode == 1
+            assert refused.stderr.splitlines() == [
+                f"refused: cluster 'local-x' not imported: {a.bootstrap} is Kafka cluster "
+                f"{a.cluster_id}, already registered as 'local-a' ({a.bootstrap}): one name "
+                "per Kafka cluster; to import it as 'local-x': `streamplane clusters remove "
+                "local-a` first; to give it both names: `streamplane clusters add local-x "
+                f"{a.bootstrap} --force` (or `clusters import-local --force`)",
+                "error: 1 local cluster refused (see above); the others were imported",
+            ]
+            assert sorted(c["name"] for c in client.list_clusters()) == ["local-a", "local-b"]
+            ok(run_cli(cp, "clusters", "import-local", "--data-dir", str(elsewhere), "--force"))
+            assert client.get_cluster("local-x")["kafka_cluster_id"] == a.cluster_id
+    finally:
+        cp.stop()
 
 
 def test_groups_commands(

@@ -15,6 +15,7 @@ import pytest
 import streamplane.client.dlq as client_dlq
 from streamplane.client.dlq import DeadLetter, list_dead_letters
 from streamplane.client.provenance import dlq_headers, read_provenance, source_headers
+from streamplane.core.routing import RoutingTable, new_routing_table
 from tests.unit.cli.dlq_listing import dlq_list_of
 
 TOPIC = "sp.s.dlq.e1"
@@ -131,8 +132,12 @@ def test_list_dead_letters_keeps_the_headers(monkeypatch: pytest.MonkeyPatch) ->
         def unfinished_partitions(self) -> list[Any]:
             return []
 
+    class ControlPlane:  # a stream without retired dlq segments
+        def routing(self, stream: str) -> RoutingTable:
+            return new_routing_table(stream, ["realtime"], "local-a", 1)
+
     monkeypatch.setattr(client_dlq, "StreamConsumer", Browser)
-    listing = list_dead_letters(None, "s", limit=10, idle_s=0.3)  # type: ignore[arg-type]
+    listing = list_dead_letters(ControlPlane(), "s", limit=10, idle_s=0.3)  # type: ignore[arg-type]
     got = listing.letters
     assert [d.headers for d in got] == [
         tuple((k, v) for k, v in h if not k.startswith("sp-dlq-")) for h in RAW

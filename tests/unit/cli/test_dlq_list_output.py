@@ -11,6 +11,7 @@ import base64
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -104,3 +105,21 @@ def test_a_letter_without_provenance_says_so(monkeypatch: pytest.MonkeyPatch) ->
     assert result.exit_code == 0, result.output
     row = result.output.splitlines()[2]
     assert "(no provenance: written to the dlq lane directly)" in row and "?" not in row
+
+
+def test_a_letter_of_a_retired_segment_is_marked_and_each_names_its_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dlq segment a failover left behind on local-b, since retired: `dlq replay`
+    does not send its letters, which the listing says."""
+    old = replace(letter(0, None, b"x"), cluster="local-b", retired=True)
+    listed = dlq_list_of(monkeypatch, [old, letter(1, None, b"y")])
+    records = json.loads(listed("--json"))
+    assert [(r["cluster"], r["topic"], r["retired"]) for r in records] == [
+        ("local-b", TOPIC, True),
+        ("local-a", TOPIC, False),
+    ]
+    rows = listed().splitlines()
+    assert rows[0].split()[:2] == ["dlq", "record"] and rows[0].split()[2] == "cluster"
+    assert rows[2].split()[:3] == [f"{TOPIC}[0]@0", "(retired)", "local-b"]
+    assert rows[3].split()[:2] == [f"{TOPIC}[0]@1", "local-a"]
