@@ -80,6 +80,7 @@ from streamplane.core.routing import DLQ_LANE, RoutingTable, validate_stream_nam
 from streamplane.core.text import counted
 from streamplane.exceptions import ConfigError, NotFound, Unauthorized
 from streamplane.kafka.clients import consume_available, consumer_config
+from streamplane.kafka.reachability import ClientReachability, ClusterReachability
 
 log = logging.getLogger(__name__)
 
@@ -632,6 +633,8 @@ class StreamConsumer:
         self._rate_smoothed: float | None = None
         self._cpu_meter = CpuMeter()
         self._extra = dict(extra_config or {})
+        # A cluster whose brokers all dropped out (and its return) in the log.
+        self._reachability = ClusterReachability(f"stream {stream!r} (group {group})", log)
         self._watcher = RoutingWatcher(control_plane, stream)
         self._watcher.add_gone_listener(self._on_gone)
         self._lock = threading.RLock()  # re-entered: _assign (under it) commits first
@@ -901,6 +904,7 @@ class StreamConsumer:
         """Close the Kafka clients; a committing client that a load still reads
         through, or a commit still runs on, is closed once they are done
         (``_close_after``)."""
+        self._reachability.close()  # a Kafka client being closed says its brokers are down
         busy: dict[str, list[Callable[[], object]]] = {}
         for load in self._loads:
             if not load.done.is_set():
@@ -924,9 +928,11 @@ class StreamConsumer:
             self._bootstraps[cluster] = self._client.cluster_bootstrap(cluster)
         return self._bootstraps[cluster]
 
-    def _client_config(self, cluster: str) -> dict[str, Any]:
+    def _client_config(self, cluster: str, reach: ClientReachability) -> dict[str, Any]:
         return consumer_config(
-            self._bootstrap(cluster), self.group, {"enable.auto.offset.store": False, **self._extra}
+            self._bootstrap(cluster),
+            self.group,
+            {"enable.auto.offset.store": False, "error_cb": reach.on_error, **self._extra},
         )
 
     def _fetcher(self, cluster: str, priority: int) -> Consumer:
@@ -934,11 +940,12 @@ class StreamConsumer:
         c = self._consumers.get((cluster, priority))
         if c is None:
             self._commit_store(cluster)
-            config = self._client_config(cluster)
-            # Its statistics: the backlog the Assigner is told (_backlog), and the
-            # records it holds prefetched (_take_turns).
+            reach = self._reachability.client(cluster)
+            config = self._client_config(cluster, reach)
+            # Its statistics: the backlog the Assigner is told (_backlog), the records
+            # it holds prefetched (_take_turns), and whether its brokers are up.
             config["statistics.interval.ms"] = _STATS_INTERVAL_MS
-            config["stats_cb"] = functools.partial(self._on_stats, cluster)
+            config["stats_cb"] = functools.partial(self._on_stats, cluster, reach)
             c = self._consumers[cluster, priority] = Consumer(config)
             by_lane = sorted(self._consumers.items(), key=lambda item: -item[0][1])
             self._fetch_order = by_lane
@@ -950,7 +957,9 @@ class StreamConsumer:
         seconds while the consuming thread sat in consume()."""
         store = self._commit_stores.get(cluster)
         if store is None:
-            committing = self._commit_clients[cluster] = Consumer(self._client_config(cluster))
+            committing = self._commit_clients[cluster] = Consumer(
+                self._client_config(cluster, self._reachability.client(cluster))
+            )
             store = self._commit_stores[cluster] = CommitStore(
                 committing, self._bootstrap(cluster), self.stream, self.group
             )
@@ -2272,14 +2281,17 @@ class StreamConsumer:
         position = state.next_fetch if state.next_fetch is not None else max(low, 0)
         return max(0, high - position)
 
-    def _on_stats(self, cluster: str, stats_json: str) -> None:
+    def _on_stats(self, cluster: str, reach: ClientReachability, stats_json: str) -> None:
         """librdkafka's statistics of a fetching client (in the consuming thread, from
-        consume()): each partition's watermarks, for ``_backlog``, and whether the
-        client holds records of it that we have not taken, for ``_take_turns``."""
+        consume()): each partition's watermarks, for ``_backlog``, whether the client
+        holds records of it that we have not taken, for ``_take_turns``, and its
+        brokers' states (``ClusterReachability``)."""
         try:
-            topics = json.loads(stats_json).get("topics", {})
+            stats = json.loads(stats_json)
         except ValueError:
             return
+        reach.on_statistics(stats)
+        topics = stats.get("topics", {})
         states = self._states_by_cluster.get(cluster, {})
         prefetched = self._prefetched
         for gone in [s for s in prefetched if s.revoked]:

@@ -37,7 +37,6 @@ entry can lose an update only across a thread switch inside it, which metrics to
 
 from __future__ import annotations
 
-import json
 import time
 import weakref
 from bisect import bisect_left
@@ -174,11 +173,12 @@ class ClientMetrics:
         derived topic name ``sp.<stream>.<lane>.e<epoch>``."""
         self.produce_errors[(stream, _lane_of(topic))] += 1
 
-    def produce_latency_windows(self, stream: str, stats_json: str) -> None:
-        """A producer's librdkafka statistics: its latency windows into the histogram."""
+    def produce_latency_windows(self, stream: str, stats: Mapping[str, Any]) -> None:
+        """A producer's librdkafka statistics (parsed): its latency windows into the
+        histogram."""
         try:
-            points = latency_window_points(json.loads(stats_json))
-        except (ValueError, KeyError, TypeError):
+            points = latency_window_points(stats)
+        except (ValueError, KeyError, TypeError, AttributeError):
             return  # statistics of an unexpected shape: no latency, never an error
         h = self.produce_latency[(stream,)]
         for seconds, n in points:

@@ -43,6 +43,8 @@ histogram comes from librdkafka's latency windows (``statistics.interval.ms``).
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import threading
 import time
@@ -74,6 +76,7 @@ from streamplane.exceptions import (
     StreamDeleted,
 )
 from streamplane.kafka.clients import producer_config
+from streamplane.kafka.reachability import ClientReachability, ClusterReachability
 
 if TYPE_CHECKING:  # the consumer imports this module
     from streamplane.client.consumer import StreamMessage, _Forwarded
@@ -353,6 +356,10 @@ class StreamProducer:
         self._max_batch_bytes = max_batch_bytes
         self._message_max_bytes: int | None = None  # librdkafka's, once a producer is made
         self._extra = dict(extra_config or {})
+        # A cluster whose brokers all dropped out (and its return) in the log.
+        self._reachability = ClusterReachability(
+            f"stream {stream!r}" + (" (dead letters)" if lane == DLQ_LANE else ""), log
+        )
         self._all_reports = delivery_reports == "all"
         self._watcher = RoutingWatcher(control_plane, stream)
         self._lock = threading.Lock()
@@ -469,6 +476,7 @@ class StreamProducer:
                 raise self._given_up(waiting, timeout)
             self.raise_failures()
         finally:
+            self._reachability.close()  # a Kafka client being let go says its brokers are down
             self._watcher.stop()
             self._producers.clear()
             self._retired = []
@@ -501,9 +509,11 @@ class StreamProducer:
             self._bootstraps[cluster] = bootstrap
             assert self._max_record_bytes is not None
             bound = self._stream_bound or self._max_record_bytes
+            reach = self._reachability.client(cluster)
             conf = producer_config(
                 bootstrap,
                 {
+                    "error_cb": reach.on_error,
                     # Each batch within what the segment's topic takes (a batch the
                     # broker refuses fails whole: librdkafka does not split it).
                     "batch.size": batch_bytes(self._max_batch_bytes, bound),
@@ -513,7 +523,7 @@ class StreamProducer:
                     "on_delivery": self._on_delivery,
                     "delivery.report.only.error": not self._all_reports,
                     "statistics.interval.ms": _STATISTICS_INTERVAL_MS,
-                    "stats_cb": self._on_statistics,
+                    "stats_cb": functools.partial(self._on_statistics, reach),
                     **self._extra,
                 },
             )
@@ -1031,9 +1041,15 @@ class StreamProducer:
             if self._gone is not None and err.code() in _DELETED_STREAM_CODES:
                 self._undelivered_deleted += 1
 
-    def _on_statistics(self, stats_json: str) -> None:
-        """librdkafka's statistics (every few seconds): the produce latency windows."""
-        METRICS.produce_latency_windows(self.stream, stats_json)
+    def _on_statistics(self, reach: ClientReachability, stats_json: str) -> None:
+        """librdkafka's statistics of one cluster's producer (every few seconds): the
+        produce latency windows, and whether its brokers are up."""
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return  # statistics of an unexpected shape: never an error
+        reach.on_statistics(stats)
+        METRICS.produce_latency_windows(self.stream, stats)
 
     def _report_deliveries(self) -> None:
         """Publish what was sent and acknowledged since the last report to METRICS."""
