@@ -253,7 +253,7 @@ def registered_elsewhere(
     return None
 
 
-def _two_names(local: LocalCluster, other: Mapping[str, Any], new: bool) -> str:
+def two_names_refusal(local: LocalCluster, other: Mapping[str, Any], new: bool) -> str:
     """The refusal of a cluster (``new``: not registered yet) whose Kafka cluster is
     registered as ``other``."""
     name, bootstrap = local.name, local.bootstrap
@@ -295,7 +295,7 @@ def import_local_clusters(
         unchanged = current is not None and same_bootstrap(current["bootstrap"], local.bootstrap)
         other = None if force or unchanged else registered_elsewhere(local, registered.values())
         if other is not None:
-            refused.append(_two_names(local, other, new=current is None))
+            refused.append(two_names_refusal(local, other, new=current is None))
             continue
         try:
             doc = _import_one(cp, local, current, force)

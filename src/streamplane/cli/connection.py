@@ -28,7 +28,6 @@ from streamplane.client.control_plane import DEFAULT_URL, ControlPlaneClient
 from streamplane.client.control_plane import TOKEN_ENV as TOKEN_ENV
 from streamplane.client.control_plane import URL_ENV as URL_ENV
 from streamplane.exceptions import ConfigError, Unauthorized
-from streamplane.local.fleet import FleetDescriptor, descriptor_path
 
 STATE_DIR = Path(".streamplane")
 TOKEN_FILE = STATE_DIR / "api-token"
@@ -105,12 +104,6 @@ def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
         out[key.strip()] = value.strip()
     return out
-
-
-def local_fleet_clusters(data_dir: Path) -> list[tuple[str, str]]:
-    """(name, bootstrap) of every cluster in the local fleet's descriptor."""
-    desc = FleetDescriptor.load(descriptor_path(data_dir))
-    return [(c.name, c.bootstrap) for c in desc.clusters.values()]
 
 
 def format_tags(tags: dict[str, str]) -> str:

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from streamplane.cli.clusters import local_fleet, registered_elsewhere, two_names_refusal
 from streamplane.cli.connection import (
     LOCAL_TAGS,
     STATE_DIR,
     TOKEN_ENV,
     TOKEN_FILE,
-    local_fleet_clusters,
     read_token_file,
     write_new_token,
 )
@@ -376,13 +376,29 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
     segments on it (``ControlPlaneService.repoint_refusal``): a database left from an
     earlier fleet had its ``local-a`` moved to the current fleet's, and the sealer
     fenced a live stream's topics there that had the names of its retired segments.
-    That is one warning saying what to do, and the cluster is left as it is."""
+    That is one warning saying what to do, and the cluster is left as it is. So is a
+    cluster whose Kafka cluster (the descriptor's id) is registered under another name
+    (``registered_elsewhere``: one Kafka cluster would have two names), as
+    `clusters import-local` leaves it."""
     import logging
 
+    from streamplane.client.control_plane import same_bootstrap
     from streamplane.controlplane.service import validate_bootstrap
 
+    log = logging.getLogger(__name__)
     names = []
-    for name, bootstrap in local_fleet_clusters(data_dir):
+    for local in local_fleet(data_dir):
+        name, bootstrap = local.name, local.bootstrap
+        registered = [
+            {"name": c.name, "bootstrap": c.bootstrap, "kafka_cluster_id": c.kafka_cluster_id}
+            for c in service.list_clusters()
+        ]
+        current = next((doc for doc in registered if doc["name"] == name), None)
+        if current is None or not same_bootstrap(current["bootstrap"], bootstrap):
+            other = registered_elsewhere(local, registered)
+            if other is not None:
+                log.warning("local fleet: %s", two_names_refusal(local, other, current is None))
+                continue
         try:
             # Forced: the descriptor is the truth about local clusters (one may be down).
             service.register_cluster(name, bootstrap, LOCAL_TAGS, "import-local", force=True)
@@ -390,7 +406,7 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
             current = service.get_cluster(name)
             refusal = service.repoint_refusal(name, bootstrap)
             if refusal is not None:
-                logging.getLogger(__name__).warning(
+                log.warning(
                     "local fleet: %s; to re-point it anyway: `streamplane clusters update "
                     "%s --bootstrap %s --force`, or serve a fresh registry (--db)",
                     refusal, name, bootstrap,

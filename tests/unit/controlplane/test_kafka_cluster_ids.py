@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from streamplane.cli import clusters as clusters_cli
 from streamplane.cli import control_plane as cli_module
+from streamplane.cli.clusters import LocalCluster
 from streamplane.controlplane import service as service_module
 from streamplane.controlplane.migrations import LATEST_VERSION, migrate
 from streamplane.controlplane.service import ControlPlaneService, StreamSpec
@@ -152,10 +153,13 @@ def test_a_bootstrap_update_is_checked_by_the_recorded_id_when_the_old_one_is_go
 
 # ---------------------------------------------------------------------- import-local
 @pytest.fixture
-def fleet(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+def fleet(monkeypatch: pytest.MonkeyPatch) -> list[LocalCluster]:
     """The local fleet's descriptor: local-a at NEW_FLEET_A, local-b where it was."""
-    clusters = [("local-a", NEW_FLEET_A), ("local-b", BOOTSTRAPS["local-b"])]
-    monkeypatch.setattr(cli_module, "local_fleet_clusters", lambda _data_dir: clusters)
+    clusters = [
+        LocalCluster("local-a", NEW_FLEET_A, "id-new-fleet"),
+        LocalCluster("local-b", BOOTSTRAPS["local-b"], "id-local-b"),
+    ]
+    monkeypatch.setattr(cli_module, "local_fleet", lambda _data_dir: clusters)
     return clusters
 
 
@@ -170,7 +174,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_import_does_not_move_a_cluster_with_segments_to_another_kafka_cluster(
     service: ControlPlaneService,
     kafka: StubKafka,
-    fleet: list[tuple[str, str]],
+    fleet: list[LocalCluster],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -197,7 +201,7 @@ def test_import_does_not_move_a_cluster_with_segments_to_another_kafka_cluster(
 def test_import_does_not_move_a_cluster_with_segments_of_an_unknown_kafka_cluster(
     service: ControlPlaneService,
     kafka: StubKafka,
-    fleet: list[tuple[str, str]],
+    fleet: list[LocalCluster],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -221,7 +225,7 @@ def test_import_does_not_move_a_cluster_with_segments_of_an_unknown_kafka_cluste
 def test_import_moves_a_cluster_with_segments_to_its_own_kafka_cluster_at_new_ports(
     service: ControlPlaneService,
     kafka: StubKafka,
-    fleet: list[tuple[str, str]],
+    fleet: list[LocalCluster],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -236,7 +240,7 @@ def test_import_moves_a_cluster_with_segments_to_its_own_kafka_cluster_at_new_po
 
 
 def test_import_moves_a_cluster_without_segments_to_another_kafka_cluster(
-    service: ControlPlaneService, kafka: StubKafka, fleet: list[tuple[str, str]], tmp_path: Path
+    service: ControlPlaneService, kafka: StubKafka, fleet: list[LocalCluster], tmp_path: Path
 ) -> None:
     """After `local down --purge`, `local up` makes new Kafka clusters: nothing on them
     is the registry's, so the import takes them, and records their ids."""
@@ -248,7 +252,7 @@ def test_import_moves_a_cluster_without_segments_to_another_kafka_cluster(
 
 
 def test_import_keeps_the_recorded_id_of_a_cluster_at_the_same_bootstrap(
-    service: ControlPlaneService, kafka: StubKafka, fleet: list[tuple[str, str]], tmp_path: Path
+    service: ControlPlaneService, kafka: StubKafka, fleet: list[LocalCluster], tmp_path: Path
 ) -> None:
     """Whatever answers at an unchanged bootstrap now is not taken for the cluster: the
     sealer compares the two before it fences."""
