@@ -393,11 +393,11 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
             {"name": c.name, "bootstrap": c.bootstrap, "kafka_cluster_id": c.kafka_cluster_id}
             for c in service.list_clusters()
         ]
-        current = next((doc for doc in registered if doc["name"] == name), None)
-        if current is None or not same_bootstrap(current["bootstrap"], bootstrap):
+        mine = next((doc for doc in registered if doc["name"] == name), None)
+        if mine is None or not same_bootstrap(str(mine["bootstrap"]), bootstrap):
             other = registered_elsewhere(local, registered)
             if other is not None:
-                log.warning("local fleet: %s", two_names_refusal(local, other, current is None))
+                log.warning("local fleet: %s", two_names_refusal(local, other, mine is None))
                 continue
         try:
             # Forced: the descriptor is the truth about local clusters (one may be down).
