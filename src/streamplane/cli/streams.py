@@ -1,4 +1,4 @@
-"""`streamplane streams ...`: create, inspect, move and delete streams."""
+"""`streamplane streams ...`: create, inspect, move and delete streams, add lanes."""
 
 from __future__ import annotations
 
@@ -211,6 +211,47 @@ def failover(
         echo_json(routing_to_json(routing))
         return
     click.echo(f"stream {name} now at epoch {routing.epoch}")
+    click.echo(segments_table(routing))
+
+
+@streams.command("add-lane")
+@click.argument("name")
+@click.argument("lane")
+@click.option(
+    "--before",
+    default=None,
+    metavar="LANE",
+    help="Put it just above LANE in the priority order.  [default: last, above the dlq]",
+)
+@click.option(
+    "--partitions", type=int, default=None, help="Partitions of its topic.  [default: the stream's]"
+)
+@click.option(
+    "--cluster",
+    default=None,
+    help="Where its topic goes.  [default: the cluster of the other lanes' active segments]",
+)
+@json_option
+@connection_options
+def add_lane(
+    name: str,
+    lane: str,
+    before: str | None,
+    partitions: int | None,
+    cluster: str | None,
+    as_json: bool,
+    url: str,
+    token: str | None,
+) -> None:
+    """Add LANE to live stream NAME, in a new epoch: producers and consumers watching the
+    routing pick it up without a restart."""
+    with connect(url, token) as cp:
+        routing = cp.add_lane(name, lane, before=before, partitions=partitions, cluster=cluster)
+    if as_json:
+        echo_json(routing_to_json(routing))
+        return
+    click.echo(f"stream {name}: lane {lane} added (epoch {routing.epoch})")
+    click.echo(f"lanes: {' > '.join(routing.all_lanes)}  (priority order)")
     click.echo(segments_table(routing))
 
 

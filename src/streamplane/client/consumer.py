@@ -1,7 +1,8 @@
 """StreamConsumer: per-record acks over a stream's lanes, with the commit log in Kafka.
 
 - Every readable segment (active, draining, sealed) of the chosen lanes is read, on
-  whichever cluster it lives; routing changes are picked up live.
+  whichever cluster it lives; routing changes are picked up live. A consumer of every
+  lane (``lanes=None``) reads a lane added to the stream too, at its priority.
 - Lanes are served by priority: a record of a higher lane is always handed out before
   one of a lower lane, and a lower lane's fetching pauses when its buffer is full, so
   ``realtime`` never waits behind ``bulk``. Each lane is fetched by a Kafka client of
@@ -614,6 +615,8 @@ class StreamConsumer:
         self.group = group
         self._client = control_plane
         self._lanes = list(lanes) if lanes is not None else None
+        # Reads every lane but the dlq, those added to the stream later too (``_rank_lanes``).
+        self._follows_stream_lanes = lanes is None
         self.max_attempts = max_attempts
         self.retry_backoff = retry_backoff
         self.max_retry_backoff = max_retry_backoff
@@ -979,6 +982,8 @@ class StreamConsumer:
     def _assign(self, table: RoutingTable) -> None:
         """Read what the routing offers and (with the Assigner) what this member owns."""
         assert self._lanes is not None
+        if self._follows_stream_lanes and self._lanes != list(table.lanes):
+            self._rank_lanes(table)
         membership = self._membership
         # Taken before the assignment: a heartbeat updates them first.
         regranted = membership.take_regranted() if membership is not None else frozenset()
@@ -1104,6 +1109,39 @@ class StreamConsumer:
                 )
         if started:
             self._adopt_loads()
+
+    def _rank_lanes(self, table: RoutingTable) -> None:
+        """Take on the lanes added to the stream (a consumer of every lane): each at its
+        place in the priority order, so the lanes below it move one priority down. What
+        is kept by priority (the lanes' buffers, their fetching clients, the partitions'
+        priorities) is renumbered in place: nothing read is dropped or read again. The
+        group's heartbeats name the new lanes from now on (the Assigner then gives the
+        group their units). Hold the lock."""
+        lanes, before = list(table.lanes), self._lanes or []
+        order = {lane: i for i, lane in enumerate(lanes)}
+        if any(lane not in order for lane in before):
+            return  # (lanes are never removed from a stream)
+        moved = [order[lane] for lane in before]  # old priority -> new
+        buffers = [_LaneBuffer() for _ in lanes]
+        for old, buffer in enumerate(self._buffers):
+            buffers[moved[old]] = buffer
+        for state in self._settling_states():
+            state.priority = moved[state.priority]
+        self._loading = {k: (lane, order[lane]) for k, (lane, _) in self._loading.items()}
+        self._consumers = {(c, moved[p]): client for (c, p), client in self._consumers.items()}
+        self._fetch_order = sorted(self._consumers.items(), key=lambda item: -item[0][1])
+        self._streaks = {(c, moved[p]): streak for (c, p), streak in self._streaks.items()}
+        added = [lane for lane in lanes if lane not in before]
+        self._lanes, self._lane_order, self._buffers = lanes, order, buffers
+        if self._membership is not None:
+            self._membership.lanes = lanes  # (replaced whole: read by its heartbeats)
+        log.info(
+            "%s (group %s): reading lane %s added to the stream (lanes: %s)",
+            self.stream,
+            self.group,
+            ", ".join(added),
+            " > ".join(lanes),
+        )
 
     def _stop_reading(self, states: list[PartitionState]) -> None:
         """Stop fetching and handing out ``states``' records: their buffered records

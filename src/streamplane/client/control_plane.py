@@ -358,6 +358,47 @@ class ControlPlaneClient:
         )
         return self._routing(doc)
 
+    def add_lane(
+        self,
+        stream: str,
+        lane: str,
+        before: str | None = None,
+        partitions: int | None = None,
+        cluster: str | None = None,
+    ) -> RoutingTable:
+        """Add ``lane`` to live ``stream``, just above lane ``before`` in the priority
+        order (default: last, above the dlq only): its topic is created, then routed in a
+        new epoch. ``partitions`` default to the stream's; ``cluster`` to the one its
+        other lanes are active on."""
+        body: dict[str, Any] = {"name": lane}
+        for key, value in (("before", before), ("partitions", partitions), ("cluster", cluster)):
+            if value is not None:
+                body[key] = value
+
+        def added_before(exc: ControlPlaneError) -> Any:
+            # A 409 after an attempt that may have reached a replica: ours if the lane
+            # is there as asked.
+            if not isinstance(exc, Conflict):
+                raise exc
+            try:
+                doc = self._json("GET", f"/v1/streams/{_seg(stream)}/routing")
+            except ControlPlaneError:
+                raise exc from None
+            if _lane_is(self._routing(doc), body):
+                log.info("lane %s of %s was added by an earlier attempt", lane, stream)
+                return doc
+            raise Conflict(f"{exc} {_EARLIER_ATTEMPT}", status=exc.status) from exc
+
+        doc = self._json(
+            "POST",
+            f"/v1/streams/{_seg(stream)}/lanes",
+            json=body,
+            timeout=KAFKA_CALL_TIMEOUT,
+            retry="any",
+            settle=added_before,
+        )
+        return self._routing(doc)
+
     def transition_segment(
         self,
         stream: str,
@@ -817,6 +858,22 @@ def _stream_is(doc: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
         if key in body
     )
     return same and doc.get("active_clusters") in ([body["cluster"]], None)
+
+
+def _lane_is(table: RoutingTable, body: Mapping[str, Any]) -> bool:
+    """``table`` has the lane ``body`` asked ``add_lane`` for, as asked (place,
+    partitions, cluster)."""
+    lane = str(body["name"])
+    if lane not in table.lanes:
+        return False
+    at = table.lanes.index(lane)
+    below = table.lanes[at + 1] if at + 1 < len(table.lanes) else None
+    segment = table.active(lane)
+    return bool(
+        body.get("before", below) == below
+        and body.get("partitions", segment.partitions) == segment.partitions
+        and body.get("cluster", segment.cluster) == segment.cluster
+    )
 
 
 def _seg(name: str) -> str:

@@ -100,6 +100,8 @@ class GroupMembership:
         self._client = client
         self.group = group
         self.stream = stream
+        # The lanes its heartbeats name: replaced whole by a consumer of every lane that
+        # takes on a lane added to the stream (the Assigner then grows the group's units).
         self.lanes = list(lanes)
         self.member_id = member_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.interval_s = interval_s

@@ -1,7 +1,9 @@
 """StreamProducer: write to a stream's lanes without knowing clusters or topics.
 
 The producer resolves each lane to its active segment through the routing table and
-follows routing changes live: records sent after a change go to the new segment,
+follows routing changes live: records sent after a change go to the new segment, a lane
+added to the stream can be sent to once the change is saved (a lane the routing has not
+got makes it fetch the routing at once, at most every second),
 records already handed to the old cluster's producer are still delivered there (the
 old segment is draining and consumers read it to its end). Every cluster gets one
 idempotent producer with ``acks=all``, so a retry never duplicates a record.
@@ -43,6 +45,7 @@ histogram comes from librdkafka's latency windows (``statistics.interval.ms``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -70,6 +73,7 @@ from streamplane.core.routing import (
 from streamplane.core.text import counted
 from streamplane.exceptions import (
     ConfigError,
+    ControlPlaneError,
     NotFound,
     ProduceError,
     RecordTooLarge,
@@ -99,6 +103,9 @@ DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 _BATCH_MARGIN_SHARE = 64
 _BATCH_MARGIN_MIN_BYTES = 1024
 _POLL_EVERY = 1000
+# A send to a lane the routing has not got fetches the routing again at most this often
+# (the lane may have been added a moment ago): ``_route_after_refresh``.
+_LANE_REFRESH_S = 1.0
 # How long the report server (``send(source=...)``) waits for a report at a time.
 _REPORT_STEP_S = 0.05
 _ANY_PARTITION = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the partitioner chooses
@@ -193,16 +200,25 @@ def _where(waiting: Iterable[tuple[str, bool, int]], verb: str) -> str:
 
 def _moves(before: Mapping[str, _Route], after: Mapping[str, _Route]) -> str:
     """``realtime, bulk moved from local-a to local-b``: the lanes whose active segment
-    changed between two routings, by (old, new) cluster; "" when none did."""
+    changed between two routings, by (old, new) cluster, and the lanes added (``lane
+    priority added on local-a``); "" when none did."""
     by_clusters: dict[tuple[str, str], list[str]] = {}
+    added: list[str] = []
     for lane, route in after.items():
         old = before.get(lane)
-        if old is not None and old.topic != route.topic:
+        if old is None:
+            added.append(f"lane {lane} added on {route.cluster}")
+        elif old.topic != route.topic:
             by_clusters.setdefault((old.cluster, route.cluster), []).append(lane)
     return "; ".join(
-        f"{', '.join(lanes)} moved "
-        + (f"from {old} to {new}" if old != new else f"to new topics on {new}")
-        for (old, new), lanes in by_clusters.items()
+        [
+            *(
+                f"{', '.join(lanes)} moved "
+                + (f"from {old} to {new}" if old != new else f"to new topics on {new}")
+                for (old, new), lanes in by_clusters.items()
+            ),
+            *added,
+        ]
     )
 
 
@@ -394,6 +410,7 @@ class StreamProducer:
         self._opened = False
         self._closed = False
         self._gone: str | None = None  # the stream was deleted (the routing watch says)
+        self._lanes_refreshed_at = -_LANE_REFRESH_S  # (monotonic) ``_route_after_refresh``
         # When the producer started writing to each epoch (monotonic seconds).
         self.epoch_switch_times: dict[int, float] = {}
         # Reports the epoch it writes with, so the control plane can seal old segments.
@@ -789,12 +806,29 @@ class StreamProducer:
             self.open()
         route = self._routes.get(lane or self._default_lane or "")
         if route is None:
-            if self._gone is not None:
-                raise NotFound(f"{self._gone}: records cannot be sent to it")
-            raise ConfigError(
-                f"stream {self.stream!r} has no lane {lane!r} (lanes: {', '.join(self._routes)})"
-            )
+            return self._route_after_refresh(lane)
         return route
+
+    def _route_after_refresh(self, lane: str | None) -> _Route:
+        """The route of a lane the routing has not got: it may have been added to the
+        stream a moment ago (the watch brings it within about a second), so the routing
+        is fetched once more, at most every ``_LANE_REFRESH_S``; else a ConfigError (a
+        NotFound once the stream is deleted)."""
+        now = time.monotonic()
+        if self._gone is None and lane and now - self._lanes_refreshed_at >= _LANE_REFRESH_S:
+            self._lanes_refreshed_at = now
+            # (new lanes reach ``_routes`` through ``_apply``; failing, the error below
+            # says what is known)
+            with contextlib.suppress(ControlPlaneError):
+                self._watcher.refresh()
+            route = self._routes.get(lane)
+            if route is not None:
+                return route
+        if self._gone is not None:
+            raise NotFound(f"{self._gone}: records cannot be sent to it")
+        raise ConfigError(
+            f"stream {self.stream!r} has no lane {lane!r} (lanes: {', '.join(self._routes)})"
+        )
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every queued record, those queued for a cluster the stream has left

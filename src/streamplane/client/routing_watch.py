@@ -6,7 +6,8 @@ the change. If the control plane goes away the cached table stays in force
 (fail-static: one warning) and the thread retries with backoff until it answers again
 (one INFO line). When the control plane says the stream no longer exists (it was
 deleted), the watch ends and ``gone`` says why: producers refuse new records from then
-on.
+on. ``refresh`` fetches the table at once (a producer asked for a lane it does not know:
+maybe added a moment ago); tables reach the listeners in epoch order, each once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class RoutingWatcher:
         self._listeners: list[Listener] = []
         self._gone_listeners: list[Callable[[str], None]] = []
         self._table: RoutingTable | None = None
+        self._offering = threading.Lock()  # one table at a time to the listeners
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.connected = False
@@ -68,6 +70,24 @@ class RoutingWatcher:
         )
         self._thread.start()
         return self._table
+
+    def refresh(self) -> RoutingTable:
+        """Fetch the table now (raises if the control plane cannot be reached) and, if
+        it is newer, hand it to the listeners (on this thread) before the watch does."""
+        self._offer(self._client.routing(self._stream))
+        return self.table
+
+    def _offer(self, table: RoutingTable) -> None:
+        """Make ``table`` the current one and tell the listeners, if it is newer."""
+        with self._offering:
+            if table.epoch <= self.table.epoch:
+                return
+            self._table = table
+            for listener in self._listeners:
+                try:
+                    listener(table)
+                except Exception:  # a listener's bug must not stop the watch
+                    log.exception("routing listener failed")
 
     def stop(self) -> None:
         """Stop watching. The thread may sit in its long poll for up to
@@ -123,12 +143,7 @@ class RoutingWatcher:
             if self._stop.is_set():
                 break
             if table.epoch > current.epoch:
-                self._table = table
-                for listener in self._listeners:
-                    try:
-                        listener(table)
-                    except Exception:  # a listener's bug must not stop the watch
-                        log.exception("routing listener failed")
+                self._offer(table)  # (unless ``refresh`` has already)
             elif table.epoch < current.epoch:
                 # A control plane restored from an older state: keep ours, but say so.
                 log.warning(

@@ -45,6 +45,7 @@ from streamplane.controlplane.schemas import (
     ErrorResponse,
     FailoverIn,
     Health,
+    LaneIn,
     RoutingOut,
     SegmentTransitionIn,
     StreamDetail,
@@ -498,6 +499,23 @@ def create_app(
     )
     def failover(name: StreamPath, body: FailoverIn, actor: Actor) -> RoutingOut:
         table = svc.failover(name, body.cluster, body.lanes, body.partitions, body.reason, actor)
+        return RoutingOut.of(table)
+
+    @app.post(
+        "/v1/streams/{name}/lanes",
+        status_code=201,
+        response_model=RoutingOut,
+        responses=_errors(400, 404, 409, 502, *_MUTATION),
+        tags=["routing"],
+        description=(
+            "Add a lane to a live stream: its topic is created (on the cluster of the other "
+            "lanes' active segments unless `cluster` says), then it is routed in a new "
+            "epoch, at its place in the priority order; producers and consumers watching "
+            "the routing pick it up. 409 if the stream has the lane (dlq included)."
+        ),
+    )
+    def add_lane(name: StreamPath, body: LaneIn, actor: Actor) -> RoutingOut:
+        table = svc.add_lane(name, body.name, body.before, body.partitions, body.cluster, actor)
         return RoutingOut.of(table)
 
     @app.post(

@@ -3,6 +3,9 @@
 The decisions are the pure ``core.assignment``; this adapter keeps one ``GroupState``
 per group in memory, derives each group's work units from its stream's routing table
 (every partition of every readable segment of the group's lanes), and runs the clock.
+A group whose members read all of its stream's lanes follows a lane added to the
+stream: the first member naming it brings its units into the group, and members that
+have not heard of it yet are admitted meanwhile (``_follows_added_lanes``).
 
 State is in memory on purpose: a restarted control plane (or a replica that has just
 become the leader: only the leader's Assigner answers) rebuilds it from the members
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 
 from streamplane.core import assignment as core
 from streamplane.core.assignment import AssignerConfig, MemberLoad, WorkUnit
-from streamplane.core.routing import RoutingTable
+from streamplane.core.routing import RoutingTable, is_lanes_as_of_an_epoch
 from streamplane.exceptions import ConfigError, NotFound
 
 
@@ -45,6 +48,13 @@ class _Claim:
     heard_at: float  # when (the Assigner's clock): its answer's lease ran from then
 
 
+# How long after a group took on lanes added to its stream (``_follows_added_lanes``) a
+# member still naming the lanes before may heartbeat: its routing watch has not told it
+# yet (about a second). Past it, a member naming fewer lanes is refused as one naming
+# other lanes is: it would hold units of the new lanes without reading them.
+LANE_CATCH_UP_S = 15.0
+
+
 @dataclass
 class _Group:
     stream: str
@@ -53,6 +63,9 @@ class _Group:
     state: core.GroupState | None = None
     # During recovery: each member's last claim.
     claims: dict[str, _Claim] = field(default_factory=dict)
+    # Lanes the group took on as they were added to its stream: until when a member
+    # not naming them yet is admitted (``LANE_CATCH_UP_S``).
+    catch_up_until: dict[str, float] = field(default_factory=dict)
 
 
 class AssignerService:
@@ -174,7 +187,7 @@ class AssignerService:
                     # Every member left or its lease ran out: the name is free again
                     # (for example after its stream was deleted).
                     group = None
-                else:
+                elif not self._follows_added_lanes(group, stream, tuple(lanes), now):
                     raise ConfigError(
                         f"group {group_id!r} consumes stream {group.stream!r} lanes "
                         f"{list(group.lanes)} (members still live); a member asked for "
@@ -201,6 +214,34 @@ class AssignerService:
                 answer.generation,
                 answer.joined,
             )
+
+    def _follows_added_lanes(
+        self, group: _Group, stream: str, lanes: tuple[str, ...], now: float
+    ) -> bool:
+        """Whether a member of ``group`` naming ``lanes`` (not the group's) reads all of
+        the stream's lanes, as the group's members do, and only a lane added to the
+        stream since tells them apart (``core.routing.is_lanes_as_of_an_epoch``). If it
+        names more, the group takes them on (its units grow by theirs); if fewer, it has
+        not heard of the lanes added yet, and is admitted for ``LANE_CATCH_UP_S`` after
+        the group took them on. Called with the lock held."""
+        if group.stream != stream:
+            return False
+        try:
+            table = self._routing(stream)
+        except NotFound:
+            return False
+        if not (
+            is_lanes_as_of_an_epoch(table, group.lanes) and is_lanes_as_of_an_epoch(table, lanes)
+        ):
+            return False
+        if len(lanes) > len(group.lanes):
+            for lane in set(lanes) - set(group.lanes):
+                group.catch_up_until[lane] = now + LANE_CATCH_UP_S
+            group.lanes = lanes
+            return True
+        return all(
+            now < group.catch_up_until.get(lane, now) for lane in set(group.lanes) - set(lanes)
+        )
 
     def leave(self, group_id: str, member_id: str) -> None:
         with self._lock:

@@ -18,7 +18,13 @@ from streamplane.controlplane.service import (
 )
 from streamplane.controlplane.store import AuditEntry, ClusterRecord, StreamRecord
 from streamplane.core import routing as core_routing
-from streamplane.core.routing import DEFAULT_LANES, RoutingTable, SegmentState, routing_to_json
+from streamplane.core.routing import (
+    DEFAULT_LANES,
+    MAX_LANES,
+    RoutingTable,
+    SegmentState,
+    routing_to_json,
+)
 
 # The name rules of streamplane.core.routing, documented in the schema. They are checked
 # by the service (not by pydantic), so a bad name gets the core's own one-line message.
@@ -179,7 +185,7 @@ TopicConfigValue = Annotated[str, Field(max_length=1024)] | int | float | bool
 class StreamIn(_In):
     name: StreamName
     cluster: ClusterName
-    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=16)] = Field(
+    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=MAX_LANES)] = Field(
         default_factory=lambda: list(DEFAULT_LANES),
         description="Lanes in priority order (first = highest); the dlq lane is implicit.",
     )
@@ -268,13 +274,31 @@ class StreamDetail(StreamOut):
 
 class FailoverIn(_In):
     cluster: ClusterName = Field(description="Where the lanes' new active segments go.")
-    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=17)] | None = Field(
+    lanes: Annotated[list[LaneName], Field(min_length=1, max_length=MAX_LANES + 1)] | None = Field(
         default=None, description="Lanes to move; default: every lane but the dlq."
     )
     partitions: Partitions | None = Field(
         default=None, description="Partition count of the new segments (default: unchanged)."
     )
     reason: Annotated[str, Field(max_length=1000)] = ""
+
+
+class LaneIn(_In):
+    name: LaneName = Field(description="The new lane (not dlq: every stream has that one).")
+    before: LaneName | None = Field(
+        default=None,
+        description="The lane the new one goes just above in the priority order (default: "
+        "last, above the dlq only). A lane put first becomes the default lane of producers "
+        "opened from then on.",
+    )
+    partitions: Partitions | None = Field(
+        default=None, description="Partitions of its topic (default: the stream's)."
+    )
+    cluster: ClusterName | None = Field(
+        default=None,
+        description="Where its topic goes (default: the cluster the stream's other lanes are "
+        "active on; needed when a failover has split them over several).",
+    )
 
 
 class SegmentTransitionIn(_In):

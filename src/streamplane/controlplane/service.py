@@ -12,11 +12,14 @@ Ordering rules that keep clients safe:
   topics this call created are deleted again; a topic that exists already is taken only
   if it is exactly what the stream would create, empty (``_create_topics``);
 - every routing change goes through ``Store.save_routing`` (compare-and-set on the
-  epoch) with its audit entry, and then the listeners (the watch hub) are told.
+  epoch) with its audit entry, and then the listeners (the watch hub) are told. A lane
+  added to a live stream (``add_lane``) is such a change: its topic first, then the
+  epoch that names it.
 
 A stream's topics get min(3, live brokers) replicas unless it asks for a number (kept
 with the stream), and ``min.insync.replicas`` 2 of 3 unless its config sets it
-(``streamplane.core.replication``); a failover caps both at the target's live brokers.
+(``streamplane.core.replication``); a failover, and a lane added to a live stream, cap
+both at the target's live brokers.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ from streamplane.core.routing import (
     DEFAULT_LANES,
     RoutingTable,
     SegmentState,
+    add_lane,
     commitlog_topic,
+    home_cluster,
     move_lanes,
     new_routing_table,
     topic_max_message_bytes,
@@ -694,20 +699,9 @@ class ControlPlaneService:
             new = move_lanes(table, moving, cluster, partitions)
             moving = [s.lane for s in new.segments if s.epoch == new.epoch]  # not already there
             refused = f"stream {name!r} not moved"
-            live = self._live_broker_count(target, refused)
-            replicas = replication_factor(live, stream.replication_factor)
-            configs = topic_config(stream.config, stream.max_record_bytes, replicas)
-            if replicas < stream.replication_factor:
-                log.warning(
-                    "stream %s moves to cluster %s with replication factor %d, not its %d: "
-                    "the cluster has %d live brokers (min.insync.replicas %s)",
-                    name,
-                    cluster,
-                    replicas,
-                    stream.replication_factor,
-                    live,
-                    configs[MIN_INSYNC_REPLICAS],
-                )
+            replicas, configs = self._new_topic_settings(
+                stream, target, refused, f"stream {name} moves to cluster {cluster}"
+            )
             wanted = [
                 (s.topic, s.partitions, replicas, configs)
                 for s in new.segments
@@ -740,6 +734,73 @@ class ControlPlaneService:
             try:
                 self.store.save_routing(
                     new, table.epoch, AuditEntry(actor, "stream.failover", name, detail)
+                )
+            except BaseException:
+                self._drop_unsaved(target, name, created)
+                raise
+        self._notify(name, new.epoch)
+        return new
+
+    def add_lane(
+        self,
+        name: str,
+        lane: str,
+        before: str | None = None,
+        partitions: int | None = None,
+        cluster: str | None = None,
+        actor: str = "api",
+    ) -> RoutingTable:
+        """Add ``lane`` to live stream ``name``, in the priority order just above
+        ``before`` (default: last, above the dlq only), in a new epoch
+        (``core.routing.add_lane``): producers and consumers watching the routing see it.
+
+        Its topic is made as a failover's: named by the new epoch, the stream's topic
+        configs, the stream's replication factor capped at the cluster's live brokers.
+        It goes to the cluster every other lane is active on (``cluster`` when they are
+        split over several, or to put it elsewhere), with the stream's partition count
+        unless ``partitions`` says otherwise."""
+        validate_stream_name(name)
+        validate_lane_name(lane)
+        if cluster is not None:
+            validate_cluster_name(cluster)
+        if partitions is not None and not 1 <= partitions <= MAX_PARTITIONS:
+            raise ConfigError(f"partitions must be between 1 and {MAX_PARTITIONS}")
+        with self._stream_lock(name):
+            stream, table = self.store.stream_with_routing(name)
+            where = cluster or home_cluster(table)
+            if where is None:
+                split = sorted({table.active(other).cluster for other in table.lanes})
+                raise ConfigError(
+                    f"stream {name!r} has lanes active on {', '.join(split)}: name the "
+                    f"cluster lane {lane!r} goes to"
+                )
+            new = add_lane(table, lane, where, partitions or stream.partitions, before)
+            target = self.store.get_cluster(where)
+            refused = f"lane {lane!r} not added to stream {name!r}"
+            replicas, configs = self._new_topic_settings(
+                stream, target, refused, f"stream {name} gets lane {lane} on cluster {where}"
+            )
+            segment = new.active(lane)
+            wanted = [(segment.topic, segment.partitions, replicas, configs)]
+            try:
+                created = self._create_topics(target, wanted, refused)
+            except (KafkaError, Conflict):
+                self._raise_if_moved(name, table.epoch)  # as in failover
+                raise
+            detail = {
+                "from_epoch": table.epoch,
+                "to_epoch": new.epoch,
+                "lane": lane,
+                "lanes": list(new.lanes),
+                "cluster": where,
+                "topic": segment.topic,
+                "partitions": segment.partitions,
+                "replication_factor": replicas,
+                "min_insync_replicas": int(configs[MIN_INSYNC_REPLICAS]),
+            }
+            try:
+                self.store.save_routing(
+                    new, table.epoch, AuditEntry(actor, "lane.add", name, detail)
                 )
             except BaseException:
                 self._drop_unsaved(target, name, created)
@@ -795,6 +856,29 @@ class ControlPlaneService:
             if admin is None:
                 admin = self._admins[bootstrap] = self._admin_factory(bootstrap)
             return admin
+
+    def _new_topic_settings(
+        self, stream: StreamRecord, target: ClusterRecord, refused: str, doing: str
+    ) -> tuple[int, dict[str, str]]:
+        """The replication factor and configs of new topics of ``stream`` on ``target``
+        (a failover's, a lane added's): the stream's factor capped at the cluster's live
+        brokers, ``min.insync.replicas`` likewise (availability first). A capped factor
+        is logged as a warning starting with ``doing``; a cluster that does not answer is
+        a KafkaError starting with ``refused``."""
+        live = self._live_broker_count(target, refused)
+        replicas = replication_factor(live, stream.replication_factor)
+        configs = topic_config(stream.config, stream.max_record_bytes, replicas)
+        if replicas < stream.replication_factor:
+            log.warning(
+                "%s with replication factor %d, not its %d: the cluster has %d live "
+                "brokers (min.insync.replicas %s)",
+                doing,
+                replicas,
+                stream.replication_factor,
+                live,
+                configs[MIN_INSYNC_REPLICAS],
+            )
+        return replicas, configs
 
     def _live_broker_count(self, cluster: ClusterRecord, what: str) -> int:
         """How many live brokers ``cluster`` has; a KafkaError starting with ``what``

@@ -872,14 +872,15 @@ class Store:
             return {r.name: int(r.epoch) for r in rows}
 
     def save_routing(self, table: RoutingTable, expected_epoch: int, audit: AuditEntry) -> None:
-        """Replace a stream's segments if its epoch is still ``expected_epoch``."""
+        """Replace a stream's segments and lanes (a lane added: ``add_lane``) if its epoch
+        is still ``expected_epoch``."""
         if table.epoch <= expected_epoch:
             raise ValueError("a routing change must increase the epoch")
         with self.engine.begin() as conn:
             done = conn.execute(
                 streams.update()
                 .where(streams.c.name == table.stream, streams.c.epoch == expected_epoch)
-                .values(epoch=table.epoch)
+                .values(epoch=table.epoch, lanes=list(table.lanes))
             )
             if done.rowcount == 0:
                 row = self._stream_row(conn, table.stream)  # NotFound if deleted meanwhile

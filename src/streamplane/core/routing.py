@@ -8,7 +8,9 @@ the stream's epoch, which only grows. Invariants kept by every transition here:
 - the epoch of a routing table never decreases, and every change of segments bumps it;
 - a segment only moves forward: active -> draining -> sealed -> retired
   (or draining/sealed -> lost, when an operator declares a dead cluster's data lost);
-- physical topic names are derived, never chosen: ``sp.<stream>.<lane>.e<epoch>``.
+- physical topic names are derived, never chosen: ``sp.<stream>.<lane>.e<epoch>``;
+- lanes are only ever added (``add_lane``), never removed or reordered, so a lane's
+  first segment tells when it was added (``lane_added_epoch``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from streamplane.exceptions import ConfigError
+from streamplane.exceptions import ConfigError, Conflict
 
 DLQ_LANE = "dlq"
 # The group every stream's `dlq replay` read its dlq lane as before each stream had one
@@ -27,6 +29,7 @@ DLQ_LANE = "dlq"
 # takes over its progress on the stream's dlq partitions (``streamplane.client.dlq``).
 LEGACY_DLQ_REPLAY_GROUP = "sp-dlq-replay"
 DEFAULT_LANES: tuple[str, ...] = ("realtime", "bulk")
+MAX_LANES = 16  # lanes of a stream, the dlq lane not counted
 
 _STREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _LANE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -87,6 +90,8 @@ def validate_lanes(lanes: Sequence[str]) -> tuple[str, ...]:
     """Lanes in priority order (first = highest). The dlq lane is implicit and last."""
     if not lanes:
         raise ConfigError("a stream needs at least one lane")
+    if len(lanes) > MAX_LANES:
+        raise ConfigError(f"a stream has at most {MAX_LANES} lanes (the dlq lane not counted)")
     seen: set[str] = set()
     for lane in lanes:
         validate_lane_name(lane)
@@ -286,6 +291,84 @@ def move_lanes(
         else:
             segments.append(s)
     return replace(table, epoch=epoch, segments=tuple(segments))
+
+
+def add_lane(
+    table: RoutingTable,
+    lane: str,
+    cluster: str,
+    partitions: int,
+    before: str | None = None,
+) -> RoutingTable:
+    """A new lane for a live stream, in a new epoch: one active segment on ``cluster``,
+    placed in the priority order just above ``before`` (default: last, below every lane
+    but the dlq). The other lanes' segments stay as they are.
+
+    ConfigError for an invalid name, an unknown ``before``, or a stream already at
+    ``MAX_LANES``; Conflict for a lane the stream has (the dlq lane included: every
+    stream has it)."""
+    validate_lane_name(lane)
+    validate_cluster_name(cluster)
+    if lane in table.all_lanes:
+        reserved = (
+            " (the dlq lane is every stream's: its name is reserved)" if lane == DLQ_LANE else ""
+        )
+        raise Conflict(f"stream {table.stream!r} already has lane {lane!r}{reserved}")
+    if partitions < 1:
+        raise ConfigError("partitions must be at least 1")
+    if len(table.lanes) >= MAX_LANES:
+        raise ConfigError(
+            f"stream {table.stream!r} has {len(table.lanes)} lanes already: at most {MAX_LANES}"
+        )
+    if before is None:
+        at = len(table.lanes)
+    elif before in table.lanes:
+        at = table.lanes.index(before)
+    else:
+        raise ConfigError(
+            f"stream {table.stream!r} has no lane {before!r} to put lane {lane!r} before "
+            f"(lanes: {', '.join(table.lanes)}; without one it goes last, above the dlq)"
+        )
+    epoch = table.epoch + 1
+    segment = Segment(
+        lane=lane,
+        cluster=cluster,
+        topic=physical_topic(table.stream, lane, epoch),
+        partitions=partitions,
+        state=SegmentState.ACTIVE,
+        epoch=epoch,
+    )
+    return replace(
+        table,
+        epoch=epoch,
+        lanes=(*table.lanes[:at], lane, *table.lanes[at:]),
+        segments=(*table.segments, segment),
+    )
+
+
+def home_cluster(table: RoutingTable) -> str | None:
+    """The cluster every lane but the dlq is active on (where a new lane goes by
+    default); None when a failover of some of them has split the lanes."""
+    clusters = {table.active(lane).cluster for lane in table.lanes}
+    return clusters.pop() if len(clusters) == 1 else None
+
+
+def lane_added_epoch(table: RoutingTable, lane: str) -> int:
+    """The epoch ``lane`` was added at (its first segment's: segments are never dropped
+    from a routing table), the stream's first epoch for the lanes it was created with."""
+    return min(s.epoch for s in table.segments if s.lane == lane)
+
+
+def is_lanes_as_of_an_epoch(table: RoutingTable, lanes: Sequence[str]) -> bool:
+    """Whether ``lanes`` are, in priority order, every lane but the dlq the stream had at
+    some epoch: what a consumer reading all lanes names, as of the routing it has seen
+    (lanes added since are missing). Another set (some lanes only, or the dlq) is not."""
+    known = [lane for lane in lanes if lane in table.lanes]
+    if not lanes or len(known) != len(lanes):
+        return False
+    newest = max(lane_added_epoch(table, lane) for lane in lanes)
+    then = tuple(lane for lane in table.lanes if lane_added_epoch(table, lane) <= newest)
+    return tuple(lanes) == then
 
 
 def transition(

@@ -26,6 +26,7 @@ MUTATIONS = [
     ("POST", "/v1/streams", {"name": "s", "cluster": "local-a"}),
     ("DELETE", "/v1/streams/s", None),
     ("POST", "/v1/streams/s/failover", {"cluster": "local-b"}),
+    ("POST", "/v1/streams/s/lanes", {"name": "priority"}),
     (
         "POST",
         "/v1/streams/s/segments/transition",
