@@ -418,7 +418,8 @@ def import_local_fleet(service: ControlPlaneService, data_dir: Path) -> list[str
             # (new id), maybe at new ports; its bootstrap unchanged, its recorded Kafka
             # cluster id is kept (not taken from whatever answers there now)
             moved = None if validate_bootstrap(bootstrap) == current.bootstrap else bootstrap
-            service.update_cluster(name, moved, tags, actor="import-local", force=True)
+            if moved is not None or tags != dict(current.tags):  # (else no audit entry)
+                service.update_cluster(name, moved, tags, actor="import-local", force=True)
         names.append(name)
     return names
 

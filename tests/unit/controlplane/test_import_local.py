@@ -12,7 +12,7 @@ from streamplane.cli.clusters import LocalCluster
 from streamplane.controlplane.service import ControlPlaneService
 from streamplane.exceptions import ConfigError
 from streamplane.local.fleet import FleetDescriptor
-from tests.unit.controlplane.conftest import StubKafka
+from tests.unit.controlplane.conftest import BOOTSTRAPS, StubKafka
 
 
 def test_refreshing_keeps_the_users_tags(
@@ -66,3 +66,18 @@ def test_a_kafka_cluster_registered_under_another_name_is_not_imported_again(
         f"local fleet: cluster 'local-x' not imported: 127.0.0.1:29094 is Kafka cluster "
         f"{local_b.kafka_cluster_id}, already registered as 'local-b' ({local_b.bootstrap})"
     )
+
+
+def test_an_unchanged_fleet_is_imported_without_an_audit_entry(
+    service: ControlPlaneService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each restart of `serve --import-local` wrote a cluster.update per cluster, nothing
+    changed (an operator's audit log filled with them)."""
+    fleet = [
+        LocalCluster(name, bootstrap, service.get_cluster(name).kafka_cluster_id or "")
+        for name, bootstrap in BOOTSTRAPS.items()
+    ]
+    monkeypatch.setattr(cli_module, "local_fleet", lambda _data_dir: fleet)
+    before = len(service.audit())
+    assert cli_module.import_local_fleet(service, tmp_path) == list(BOOTSTRAPS)
+    assert len(service.audit()) == before
