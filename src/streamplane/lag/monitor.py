@@ -34,6 +34,9 @@ commit for at the log start. ``LagMonitor.refresh`` gives each worker those part
 (``ClusterWorker.set_expected``; recomputed only when a group's lanes or a routing table
 change), and the model counts them from the log start until their first commit
 (``committed_offset`` None in the reports). Foreign groups are tracked as committed.
+The partitions of retired segments are not reported (``partitions``, ``groups``,
+``group_history``, the metrics): their commits stay in ``__consumer_offsets``, and
+each failover added a set for good.
 
 Partitions are labelled with stream, lane and cluster from the routing tables (a
 physical topic belongs to one lane of one stream), refreshed every
@@ -57,7 +60,7 @@ from pathlib import Path
 from typing import Protocol
 
 from streamplane.core.lag import LagModel, LagSample, LagStatus, LagThresholds, PartitionLag
-from streamplane.core.routing import DLQ_LANE, RoutingTable, Segment
+from streamplane.core.routing import DLQ_LANE, RoutingTable, Segment, SegmentState
 from streamplane.exceptions import KafkaError, NotFound, StreamplaneError
 from streamplane.lag.reader import (
     CommitEvent,
@@ -672,6 +675,8 @@ class LagMonitor:
         self._workers: dict[str, ClusterWorker] = {}
         self._routes: dict[tuple[str, str], Route] = {}
         self._dlq: dict[str, list[tuple[str, int]]] = {}
+        # (cluster, topic) of retired segments: their partitions are not reported.
+        self._retired: frozenset[tuple[str, str]] = frozenset()
         self._expected_basis: object = None
         self._registry_error: str | None = None  # while the topology cannot be read
         self._guard = threading.Lock()
@@ -714,6 +719,12 @@ class LagMonitor:
             return
         self._registry_error = None
         dlq: dict[str, list[tuple[str, int]]] = {}
+        retired = frozenset(
+            (seg.cluster, seg.topic)
+            for table in tables
+            for seg in table.segments
+            if seg.state is SegmentState.RETIRED
+        )
         for table in tables:
             for seg in table.segments:
                 if seg.lane == DLQ_LANE:
@@ -722,6 +733,7 @@ class LagMonitor:
         with self._guard:
             self._routes = routes
             self._dlq = dlq
+            self._retired = retired
             stale = [w for name, w in self._workers.items() if clusters.get(name) != w.bootstrap]
             for w in stale:
                 del self._workers[w.name]
@@ -789,13 +801,18 @@ class LagMonitor:
     def partitions(
         self, *, group: str | None = None, stream: str | None = None, now_ms: int | None = None
     ) -> list[LabelledLag]:
-        """Every tracked partition (optionally of one group / stream), sorted."""
+        """Every tracked partition (optionally of one group / stream), sorted; not those
+        of retired segments (read to their end, or given up: their commits stay in
+        ``__consumer_offsets`` and were reported for good, one more set per failover)."""
         now = self.now_ms() if now_ms is None else now_ms
+        retired = self._retired
         out = [
             LabelledLag(w.name, p)
             for w in self._workers_now()
             for p in w.partitions(now)
-            if (group is None or p.group == group) and (stream is None or p.labels.stream == stream)
+            if (group is None or p.group == group)
+            and (stream is None or p.labels.stream == stream)
+            and (w.name, p.topic) not in retired
         ]
         out.sort(key=lambda x: (x.lag.group, x.cluster, x.lag.topic, x.lag.partition))
         return out
@@ -815,8 +832,11 @@ class LagMonitor:
         bucket_ms = max(1, round(self.settings.thresholds.history_interval_s * 1000))
         series: dict[int, list[float | int | None]] = {}
         partitions = []
+        retired = self._retired
         for w in self._workers_now():
             for (_, topic, partition), samples, route in w.histories(group):
+                if (w.name, topic) in retired:
+                    continue
                 partitions.append(
                     {
                         "cluster": w.name,

@@ -137,3 +137,34 @@ def test_unchanged_inputs_do_not_recompute() -> None:
     assert a._expected == set()
     p = a.model.partition("g", "sp.orders.realtime.e1", 2, NOW_MS)
     assert p is not None and p.status is LagStatus.OK and p.committed_offset is None
+
+
+def test_the_partitions_of_retired_segments_are_not_reported() -> None:
+    """Their commits stay in ``__consumer_offsets``: an operator's `lag` listed 84
+    partitions for a group reading 24, one more set per failover, and as many
+    metrics series."""
+    table = new_routing_table("orders", ("realtime",), "local-a", 1)
+    moved = move_lanes(table, ["realtime"], "local-b")
+    monitor, workers = _setup([moved])
+    _commit(workers["local-a"], "g", "sp.orders.realtime.e1", 0)
+    _commit(workers["local-b"], "g", "sp.orders.realtime.e2", 0)
+    monitor.topology = static_topology({"local-a": "h:1", "local-b": "h:1"}, [moved])
+    monitor.refresh()
+    assert _keys(monitor, "g") == {
+        ("local-a", "sp.orders.realtime.e1", 0, 5),  # draining: still reported
+        ("local-b", "sp.orders.realtime.e2", 0, 5),
+    }
+    old = next(s for s in moved.segments if s.topic == "sp.orders.realtime.e1")
+    retired = replace(
+        moved,
+        segments=tuple(
+            replace(s, state=SegmentState.RETIRED) if s is old else s for s in moved.segments
+        ),
+    )
+    monitor.topology = static_topology({"local-a": "h:1", "local-b": "h:1"}, [retired])
+    monitor.refresh()
+    assert _keys(monitor, "g") == {("local-b", "sp.orders.realtime.e2", 0, 5)}
+    [summary] = monitor.groups(now_ms=NOW_MS)
+    assert (summary.partitions, summary.clusters) == (1, ("local-b",))
+    history = monitor.group_history("g")
+    assert [p["topic"] for p in history["partitions"]] == ["sp.orders.realtime.e2"]  # type: ignore[attr-defined]
