@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -14,12 +15,15 @@ from streamplane.cli.connection import (
     parse_key_values,
 )
 from streamplane.cli.output import table
+from streamplane.core.replication import MIN_INSYNC_REPLICAS
 from streamplane.core.routing import (
     DEFAULT_LANES,
     RoutingTable,
+    SegmentState,
     routing_from_json,
     routing_to_json,
 )
+from streamplane.exceptions import ControlPlaneError
 
 
 @click.group("streams")
@@ -142,7 +146,91 @@ def list_(as_json: bool, url: str, token: str | None) -> None:
     )
 
 
-def describe_text(doc: dict[str, Any], routing: RoutingTable) -> str:
+# The audit actions that create a stream's topics; their entries hold the replication
+# the topics were made with (a failover's and a lane's are capped at the live brokers).
+_MAKES_TOPICS = ("stream.create", "stream.failover", "lane.add")
+
+
+def active_replication_notes(
+    doc: Mapping[str, Any], routing: RoutingTable, audit: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """One line per cluster whose active segments' topics were made with another
+    replication factor or ``min.insync.replicas`` than the stream's own (``doc``, as
+    ``streams describe`` reads it): a failover, or a lane added, to a cluster with fewer
+    live brokers capped both. Read from the audit entries that made those topics
+    (``audit``, newest first); a segment whose entry is not among them is not told."""
+    own = _own_replication(doc)
+    made: dict[str, tuple[int, str, int | None]] = {}
+    for entry in audit:
+        detail = entry["detail"]
+        if entry["action"] not in _MAKES_TOPICS or "replication_factor" not in detail:
+            continue
+        min_insync = detail.get("min_insync_replicas")
+        replication = (
+            int(detail["replication_factor"]),
+            own[1] if min_insync is None else str(min_insync),
+            detail.get("live_brokers"),
+        )
+        for topic in detail.get("topics") or [detail.get("topic")]:
+            made.setdefault(str(topic), replication)  # the newest entry that made it
+    capped: dict[tuple[str, int, str, int | None], list[str]] = {}
+    for segment in routing.segments:
+        found = made.get(segment.topic)
+        if segment.state is SegmentState.ACTIVE and found and found[:2] != own:
+            capped.setdefault((segment.cluster, *found), []).append(segment.topic)
+    return [
+        f"{', '.join(topics)} on {cluster}: "
+        + replication_text(cluster, replicas, min_insync, own, live)
+        for (cluster, replicas, min_insync, live), topics in sorted(capped.items())
+    ]
+
+
+def failover_warning(
+    doc: Mapping[str, Any], audit: Sequence[Mapping[str, Any]], epoch: int
+) -> str | None:
+    """The warning for the failover that made ``epoch`` when its new topics got less
+    replication than the stream's own (``doc``): capped at the target cluster's live
+    brokers, as the failover's audit entry says. None when they got the stream's."""
+    own = _own_replication(doc)
+    for entry in audit:
+        detail = entry["detail"]
+        if entry["action"] != "stream.failover" or detail.get("to_epoch") != epoch:
+            continue
+        replicas = int(detail["replication_factor"])
+        min_insync = str(detail["min_insync_replicas"])
+        if (replicas, min_insync) == own:
+            return None
+        cluster = str(detail["cluster"])
+        live = detail.get("live_brokers")
+        return (
+            f"the new topics on {cluster} have "
+            f"{replication_text(cluster, replicas, min_insync, own, live)}; they keep it "
+            "when the brokers are back (the stream's next move gets its own again)"
+        )
+    return None
+
+
+def replication_text(
+    cluster: str, replicas: int, min_insync: str, own: tuple[int, str], live: int | None
+) -> str:
+    """``replication factor 2, min.insync.replicas=1, not the stream's 3 and 2 (local-b
+    had 2 live brokers)``."""
+    why = f" ({cluster} had {live} live brokers)" if live is not None else ""
+    return (
+        f"replication factor {replicas}, {MIN_INSYNC_REPLICAS}={min_insync}, not the "
+        f"stream's {own[0]} and {own[1]}{why}"
+    )
+
+
+def _own_replication(doc: Mapping[str, Any]) -> tuple[int, str]:
+    """The stream's own replication factor and ``min.insync.replicas`` (``doc``: as
+    ``streams describe`` reads it)."""
+    return int(doc["replication_factor"]), str(doc["topic_config"].get(MIN_INSYNC_REPLICAS))
+
+
+def describe_text(
+    doc: dict[str, Any], routing: RoutingTable, audit: Sequence[Mapping[str, Any]] = ()
+) -> str:
     configs = ", ".join(f"{k}={v}" for k, v in sorted(doc["topic_config"].items()))
     lines = [
         f"stream       {doc['name']}",
@@ -152,6 +240,7 @@ def describe_text(doc: dict[str, Any], routing: RoutingTable) -> str:
         f"replication factor {doc['replication_factor']}",
         f"max record   {doc['max_record_bytes']} bytes",
         f"topic config {configs}",
+        *(f"active       {note}" for note in active_replication_notes(doc, routing, audit)),
         f"created      {doc['created_at']}",
         "",
         segments_table(routing),
@@ -167,10 +256,11 @@ def describe(name: str, as_json: bool, url: str, token: str | None) -> None:
     """A stream's settings and its routing table (every segment)."""
     with connect(url, token) as cp:
         doc = cp.describe_stream(name)
+        audit = [] if as_json else cp.audit(name)
     if as_json:
         echo_json(doc)
         return
-    click.echo(describe_text(doc, routing_from_json(doc["routing"])))
+    click.echo(describe_text(doc, routing_from_json(doc["routing"]), audit))
 
 
 @streams.command("delete")
@@ -207,6 +297,12 @@ def failover(
     """Move lanes to new topics on another cluster, live: old segments drain."""
     with connect(url, token) as cp:
         routing = cp.failover(name, cluster, list(lanes) or None, partitions, reason)
+        try:  # the failover is done: reading it back is no reason to fail the command
+            warning = failover_warning(cp.describe_stream(name), cp.audit(name), routing.epoch)
+        except ControlPlaneError as exc:
+            warning = f"the new topics' replication could not be read back: {exc}"
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         echo_json(routing_to_json(routing))
         return

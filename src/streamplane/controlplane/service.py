@@ -699,7 +699,7 @@ class ControlPlaneService:
             new = move_lanes(table, moving, cluster, partitions)
             moving = [s.lane for s in new.segments if s.epoch == new.epoch]  # not already there
             refused = f"stream {name!r} not moved"
-            replicas, configs = self._new_topic_settings(
+            replicas, configs, live = self._new_topic_settings(
                 stream, target, refused, f"stream {name} moves to cluster {cluster}"
             )
             wanted = [
@@ -723,6 +723,8 @@ class ControlPlaneService:
                 "partitions": partitions,
                 "replication_factor": replicas,
                 "min_insync_replicas": int(configs[MIN_INSYNC_REPLICAS]),
+                "stream_replication_factor": stream.replication_factor,
+                "live_brokers": live,
                 "reason": reason,
                 "topics": [t[0] for t in wanted],
                 "draining": [
@@ -777,7 +779,7 @@ class ControlPlaneService:
             new = add_lane(table, lane, where, partitions or stream.partitions, before)
             target = self.store.get_cluster(where)
             refused = f"lane {lane!r} not added to stream {name!r}"
-            replicas, configs = self._new_topic_settings(
+            replicas, configs, _ = self._new_topic_settings(
                 stream, target, refused, f"stream {name} gets lane {lane} on cluster {where}"
             )
             segment = new.active(lane)
@@ -859,12 +861,13 @@ class ControlPlaneService:
 
     def _new_topic_settings(
         self, stream: StreamRecord, target: ClusterRecord, refused: str, doing: str
-    ) -> tuple[int, dict[str, str]]:
+    ) -> tuple[int, dict[str, str], int]:
         """The replication factor and configs of new topics of ``stream`` on ``target``
-        (a failover's, a lane added's): the stream's factor capped at the cluster's live
-        brokers, ``min.insync.replicas`` likewise (availability first). A capped factor
-        is logged as a warning starting with ``doing``; a cluster that does not answer is
-        a KafkaError starting with ``refused``."""
+        (a failover's, a lane added's), and the cluster's live brokers: the stream's
+        factor capped at those, ``min.insync.replicas`` likewise (availability first). A
+        capped factor is logged as a warning starting with ``doing`` (a failover's audit
+        entry holds both factors and the live brokers: the CLI warns from it); a cluster
+        that does not answer is a KafkaError starting with ``refused``."""
         live = self._live_broker_count(target, refused)
         replicas = replication_factor(live, stream.replication_factor)
         configs = topic_config(stream.config, stream.max_record_bytes, replicas)
@@ -878,7 +881,7 @@ class ControlPlaneService:
                 live,
                 configs[MIN_INSYNC_REPLICAS],
             )
-        return replicas, configs
+        return replicas, configs, live
 
     def _live_broker_count(self, cluster: ClusterRecord, what: str) -> int:
         """How many live brokers ``cluster`` has; a KafkaError starting with ``what``

@@ -8,9 +8,17 @@ refusing writes (``acks=all``), and no record is acknowledged by one copy only, 
 disk lost loses no acknowledged record. Used for the streams' topics (the control
 plane), the commit log's side topics (the client), the health topic and the brokers'
 internal topics (the local fleet).
+
+Where the replicas go is Kafka's choice, except on a cluster with brokers that are not
+live (a broker killed stays registered, fenced): Kafka 4.4 put followers on the fenced
+broker, the only one of its rack (replicas [1,3], ISR [1] for 4 of 12 partitions), so
+those partitions took records with one copy from the start. Such a topic gets an
+explicit ``replica_assignment`` over the live brokers instead (``kafka.admin``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from streamplane.exceptions import ConfigError
 
@@ -68,3 +76,40 @@ def topic_min_insync_replicas(own: str | None, replication_factor: int) -> str:
     if parse_min_insync_replicas(own) > replication_factor:
         return str(replication_factor)
     return own
+
+
+def replica_assignment(
+    partitions: int, live_brokers: Mapping[int, str | None], replicas: int, first: int = 0
+) -> list[list[int]]:
+    """Each partition's replicas, leader first, on ``live_brokers`` (id -> rack) only.
+
+    The brokers are taken in rack-alternating order (``rack_alternating``); partition p
+    is led by the (``first`` + p)-th of them, its followers the next ones in that order.
+    So leaders are spread evenly (counts differ by one at most), no broker holds two
+    replicas of a partition, and a partition's replicas are on distinct racks when the
+    racks have as many brokers each. ``first`` turns the start (a value per topic keeps
+    every topic's partition 0 off the same broker). ConfigError unless 1 <= ``replicas``
+    <= the live brokers and ``partitions`` >= 1."""
+    order = rack_alternating(live_brokers)
+    if partitions < 1:
+        raise ConfigError(f"a topic needs at least 1 partition, got {partitions}")
+    if not 1 <= replicas <= len(order):
+        raise ConfigError(
+            f"{replicas} replicas cannot be placed on {len(order)} live brokers "
+            f"({', '.join(map(str, order)) or 'none'})"
+        )
+    return [
+        [order[(first + p + i) % len(order)] for i in range(replicas)] for p in range(partitions)
+    ]
+
+
+def rack_alternating(brokers: Mapping[int, str | None]) -> list[int]:
+    """Broker ids ordered so that neighbours are on different racks where possible: the
+    first broker of each rack (racks by name, no rack last), then the second of each, and
+    so on, brokers of a rack by id."""
+    racks: dict[str, list[int]] = {}
+    for broker in sorted(brokers):
+        racks.setdefault(brokers[broker] or "", []).append(broker)
+    columns = [racks[name] for name in sorted(racks, key=lambda r: (r == "", r))]
+    depth = max((len(c) for c in columns), default=0)
+    return [c[row] for row in range(depth) for c in columns if row < len(c)]

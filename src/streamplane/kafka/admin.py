@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
 )
 
+from streamplane.core.replication import replica_assignment
 from streamplane.exceptions import KafkaError
 
 # What ListOffsets answers for a partition just created: the client or the leader does
@@ -79,6 +81,14 @@ class ClusterMeta:
     brokers: dict[int, BrokerMeta]
     topics: dict[str, TopicMeta]
 
+    @property
+    def replica_holders_not_live(self) -> set[int]:
+        """Brokers that hold replicas of some topic but are not among ``brokers`` (the
+        live ones, as the metadata lists them): dead, or fenced by the controller. A broker
+        not live that holds no replica at all is not seen here."""
+        holders = {b for t in self.topics.values() for r in t.partitions.values() for b in r}
+        return holders - set(self.brokers)
+
 
 class KafkaAdmin:
     """Admin operations on one Kafka cluster."""
@@ -121,6 +131,24 @@ class KafkaAdmin:
         DescribeCluster answers (raises KafkaError if it does not answer)."""
         return len(self.describe_cluster(timeout).brokers)
 
+    def live_brokers_when_some_are_not(self, timeout: float = 5.0) -> dict[int, str | None] | None:
+        """The live brokers (id -> rack) when the cluster also has brokers that are not
+        live (``ClusterMeta.replica_holders_not_live``); None when every broker is live, or
+        when the cluster does not answer (topic creation then says why it failed). The
+        racks come from DescribeCluster; without its answer (librdkafka asks the broker it
+        holds for the controller, which may be the dead one) the brokers have none."""
+        try:
+            meta = self.metadata(timeout)
+        except KafkaError:
+            return None
+        if not meta.replica_holders_not_live:
+            return None
+        try:
+            described = self.describe_cluster(timeout).brokers
+        except KafkaError:
+            described = {}
+        return {b: described[b].rack if b in described else None for b in meta.brokers}
+
     def create_topics(
         self,
         topics: Iterable[tuple[str, int, int, Mapping[str, str]]],
@@ -134,14 +162,19 @@ class KafkaAdmin:
         to a partition that is not open yet can be acknowledged without being written
         (a later batch becomes the partition's first record; seen on Kafka 4.4 with
         librdkafka 2.16, about one topic in 60 of 12 partitions). A topic created but
-        not writable within ``timeout`` is deleted again and reported as an error."""
+        not writable within ``timeout`` is deleted again and reported as an error.
+
+        No replica goes to a broker that is not live: on a cluster with such a broker
+        (``live_brokers_when_some_are_not``), a topic whose replicas the live brokers can
+        hold gets an explicit assignment over them (``core.replication.replica_assignment``,
+        leaders spread evenly) instead of Kafka's placement, which put followers on a
+        fenced broker (a partition then took records with one copy only)."""
         wanted = [(name, p, r, dict(cfg)) for name, p, r, cfg in topics]
         if not wanted:
             return {}
         deadline = time.monotonic() + timeout
-        new = [
-            NewTopic(n, num_partitions=p, replication_factor=r, config=c) for n, p, r, c in wanted
-        ]
+        live = self.live_brokers_when_some_are_not(min(timeout, 5.0))
+        new = [_new_topic(n, p, r, c, live) for n, p, r, c in wanted]
         futures = self._admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
         results = _results(futures, "create topic", timeout)
         created = [
@@ -238,6 +271,23 @@ class KafkaAdmin:
     def raw(self) -> AdminClient:
         """The underlying AdminClient, for adapters that need more."""
         return self._admin
+
+
+def _new_topic(
+    name: str,
+    partitions: int,
+    replicas: int,
+    config: dict[str, str],
+    live_brokers: Mapping[int, str | None] | None,
+) -> NewTopic:
+    """A topic to create: placed by Kafka, or over ``live_brokers`` only when given and
+    they can hold ``replicas`` (more than they can, or no partition, is Kafka's to refuse
+    or place)."""
+    if live_brokers is None or partitions < 1 or not 1 <= replicas <= len(live_brokers):
+        return NewTopic(name, num_partitions=partitions, replication_factor=replicas, config=config)
+    first = zlib.crc32(name.encode()) % len(live_brokers)  # each topic's leaders start apart
+    assignment = replica_assignment(partitions, live_brokers, replicas, first)
+    return NewTopic(name, num_partitions=partitions, replica_assignment=assignment, config=config)
 
 
 ListOffsets = Callable[

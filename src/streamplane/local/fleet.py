@@ -21,6 +21,7 @@ import re
 import shlex
 import signal
 import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -671,6 +672,9 @@ def wait_healthy(
 def _wait_broker(
     b: BrokerInfo, timeout_s: float, log_marks: Mapping[str, int] | None = None
 ) -> None:
+    """Wait until broker ``b`` (just launched) answers on its port. LocalFleetError when
+    its process exits first (``_exit_message``), or when it does not answer within
+    ``timeout_s`` (``_no_answer_message``, which stops it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if b.pid is not None and not _pid_alive(b.pid):
@@ -678,7 +682,21 @@ def _wait_broker(
         if _port_open(b):
             return
         time.sleep(0.1)
-    raise LocalFleetError(f"broker {b.node_id} ({b.address}) did not answer in {timeout_s:.0f}s")
+    raise LocalFleetError(_no_answer_message(b, timeout_s, log_marks or {}))
+
+
+def _no_answer_message(b: BrokerInfo, timeout_s: float, log_marks: Mapping[str, int]) -> str:
+    """Why broker ``b`` did not answer within ``timeout_s``: its exit and why (a bind
+    error from its log) if it has died meanwhile, else that it was stopped, with its last
+    log lines. A broker still running is stopped here: left running without listening,
+    the next ``start-broker`` refused it as "already running"."""
+    if b.pid is not None and not _pid_alive(b.pid):
+        return _exit_message(b, log_marks)
+    _stop_pid(b.pid, b.config_file, grace_s=10.0)
+    return (
+        f"broker {b.node_id} ({b.address}) did not answer in {timeout_s:.0f}s: stopped it "
+        f"(pid {b.pid}); last log lines: {_log_tail(_new_log_lines(b, log_marks))}"
+    )
 
 
 def _exit_message(b: BrokerInfo, log_marks: Mapping[str, int]) -> str:
@@ -733,9 +751,24 @@ def _log_tail(lines: list[str], count: int = 3) -> str:
 
 
 def _port_open(b: BrokerInfo) -> bool:
+    """True if something listens on broker ``b``'s port.
+
+    A connection to itself is no answer: with the port in the ephemeral range, the
+    kernel can give this probe that very port as source port and the connect succeeds
+    with nobody listening (TCP simultaneous open; local address == peer address). Such
+    a connection holds the port the broker needs, so it is reset at once (SO_LINGER 0:
+    no TIME_WAIT left behind)."""
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex((b.host, b.port)) == 0
+        if s.connect_ex((b.host, b.port)) != 0:
+            return False
+        try:
+            if s.getsockname() != s.getpeername():
+                return True
+        except OSError:  # reset already
+            return False
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return False
 
 
 def _broker_ports(b: BrokerInfo) -> list[int]:
