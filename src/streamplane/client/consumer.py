@@ -23,10 +23,11 @@
 - Which partitions this member reads comes from the control plane's Assigner
   (``membership.GroupMembership``): leases renewed by heartbeats. A unit asked back
   (``_release``) is not read or handed out any more, and is handed back once the
-  records of it in the application's hands are acked, nacked or rejected (or at its
-  release deadline, a little before the Assigner's ``RELEASE_TIMEOUT_S``), committed
-  first; once a lease may have run out (no heartbeat answered for it: a stopped or
-  starved process) nothing is committed or handed out until a heartbeat answers, and
+  records of it in the application's hands are acked, nacked or rejected (their dead
+  letters written), or at its release deadline (a little before the Assigner's
+  ``RELEASE_TIMEOUT_S``), committed first (kept while that commit fails); once a
+  lease may have run out (no heartbeat answered for it: a stopped or starved
+  process) nothing is committed or handed out until a heartbeat answers, and
   the records of units lost meanwhile are dropped, never committed; fail-static while
   the control plane is away. ``assigner=False`` reads every partition (a group of one).
 - A partition holding ``max_in_flight`` unsettled records is paused until some settle:
@@ -162,6 +163,10 @@ _DLQ_PRODUCER_CONFIG = {"topic.metadata.propagation.max.ms": 1000}
 # be delivered (their records are acked then): those still on their way are not
 # committed, and handled again after a restart.
 _FORWARD_WAIT_S = 5.0
+# How long ``close`` from another thread waits for a ``run`` with threads to finish the
+# records its threads started and complete the close (their acks in the closing
+# commit); then it closes all the same: as long as a unit asked back waits for them.
+_RUN_CLOSE_WAIT_S = RELEASE_TIMEOUT_S
 
 
 class StreamMessage:
@@ -714,6 +719,8 @@ class StreamConsumer:
         self._close_requested = False
         self._run_closes = False
         self._run_thread: int | None = None  # the thread of a ``run`` with threads
+        self._run_handlers: set[int] = set()  # and the threads of its pool
+        self._run_ended = threading.Event()  # set as a ``run`` with threads returns
         # Why the stream is no more (deleted), once the routing watch says so: polls
         # raise NotFound from then on, so ``run`` and iteration end.
         self._gone: str | None = None
@@ -815,7 +822,8 @@ class StreamConsumer:
         polls while it polls: the close is then only requested, and completed as the
         poll returns (it returns at once): the iteration ends, and ``run`` returns once
         the records its threads have started are handled, their acks in the closing
-        commit."""
+        commit. So does a close from one of ``run``'s handlers; one from another
+        thread while ``run`` has threads waits for that (up to ``_RUN_CLOSE_WAIT_S``)."""
         if self._closed or not self._opened:
             self._closed = True
             if self._close_requested and not self._run_closes and not self._polling_is_mine():
@@ -828,16 +836,34 @@ class StreamConsumer:
             # rest of its batch: their acks would come after this commit, and be lost
             # (the records handled again by the next reader).
             in_hand.clear()
+        me = threading.get_ident()
         if self._polling_is_mine() or (
-            self._run_closes and self._run_thread == threading.get_ident()
+            self._run_closes and (self._run_thread == me or me in self._run_handlers)
         ):
             # Called on the thread that is polling (a SIGTERM handler runs on the main
             # thread, between two steps of its poll): waiting for the poll would wait on
             # itself (it hung), and closing the clients under their consume call is not
             # safe. The poll sees ``_closed`` and returns, completing the close. On the
-            # thread of a ``run`` with threads (waiting for a free place, say), ``run``
-            # completes it once its threads are done: their acks are in the commit.
+            # thread of a ``run`` with threads (waiting for a free place, say), or in one
+            # of its handlers, ``run`` completes it once its threads are done: their acks
+            # are in the commit.
             self._close_requested = True
+            return
+        if self._run_closes:
+            # ``run`` with threads, on another thread: it stops polling, and completes
+            # the close once the records its threads started are handled. (Closed here
+            # between two of its polls, the handlers' acks came after the closing
+            # commit, and the group moved their units on while they were handled.)
+            self._close_requested = True
+            if not self._run_ended.wait(_RUN_CLOSE_WAIT_S):
+                log.warning(
+                    "%s (group %s): closing while run's handlers are still busy after "
+                    "%.0f s: their records are handled again after a restart",
+                    self.stream,
+                    self.group,
+                    _RUN_CLOSE_WAIT_S,
+                )
+            self._finish_requested_close()  # (done already, unless run ended first)
             return
         # A poll running on another thread (``run``, an iteration) returns first: closing
         # a librdkafka client under its consume call hung, and its housekeeping then
@@ -1172,6 +1198,16 @@ class StreamConsumer:
             let_go = set(states)
             self._dlq.discard(lambda m: m._run.state in let_go)
 
+    def _still_held(self, state: PartitionState) -> int:
+        """The records of ``state`` not given back yet: in the application's hands, or
+        rejected to the dlq lane with their dead letter not in yet (settled once it is).
+        Counted when asked (a unit being handed back), not per dead letter."""
+        held = max(0, state.in_hands())
+        dlq = self._dlq
+        if dlq is not None and dlq.pending:
+            held += sum(1 for record in dlq.records() if record._run.state is state)
+        return held
+
     def _advance_releases(self) -> None:
         """Hand back the units being released whose records are out of the
         application's hands (each one acked, nacked or rejected), or whose release
@@ -1180,24 +1216,42 @@ class StreamConsumer:
         being handled here. Before, a unit was handed back at the next poll after it was
         asked for: records of it still in ``run``'s threads were handled again by the
         next holder, some by both members at once (an exploratory run: 29 of ~20,000
-        records, all within 0.5 s of a member joining). Hold the lock."""
+        records, all within 0.5 s of a member joining).
+
+        A record rejected to the dlq lane is in hand until its dead letter is in
+        (``_still_held``): handed back before, the unit's last commit lacked its settlement
+        and the next holder handled it (and dead-lettered it) again. A unit whose commit
+        fails is kept and committed again at each housekeeping until its deadline:
+        handed back, its acks were lost. The deadline is the Assigner's current one
+        (``release_deadline``: a unit kept, then asked back again, has a later one); a
+        unit kept is read again once its records in hand are back. Hold the lock."""
         membership = self._membership
         if membership is not None and not membership.may_commit():
             return  # fenced: nothing can be committed (the Assigner moves them if need be)
         now = time.monotonic()
         self._apply_acks()
-        due = [
-            (k, state, since)
-            for k, (state, deadline, since) in self._releasing.items()
-            if state.in_hands() <= 0 or now >= deadline
-        ]
+        owned, to_release = (
+            membership.assignment() if membership is not None else (frozenset(), frozenset())
+        )
+        due: list[tuple[PartitionKey, PartitionState, float, float]] = []
+        for k, (state, deadline, since) in self._releasing.items():
+            if membership is not None and k in to_release:
+                deadline = membership.release_deadline(k) or deadline
+            elif k in owned:
+                deadline = math.inf  # kept: nobody else reads it
+            if self._still_held(state) <= 0 or now >= deadline:
+                due.append((k, state, since, deadline))
         if not due:
             return
         self.commit()  # their acks committed before they are let go
-        for k, _, _ in due:
+        failed = self._commit_again()
+        if failed:
+            due = [entry for entry in due if entry[0] not in failed or now >= entry[3]]
+            if not due:
+                return  # committed again at the next housekeeping
+        for k, _, _, _ in due:
             del self._releasing[k]
-        self._forget_released([state for _, state, _ in due])
-        overdue = [(k, state, since) for k, state, since in due if state.in_hands() > 0]
+        overdue = [(k, state, since) for k, state, since, _ in due if self._still_held(state) > 0]
         if overdue:
             log.warning(
                 "%s (group %s): handed back %s with %s still in the application's hands "
@@ -1206,14 +1260,25 @@ class StreamConsumer:
                 self.stream,
                 self.group,
                 units_text(k for k, _, _ in overdue),
-                counted(sum(state.in_hands() for _, state, _ in overdue), "record"),
+                counted(sum(self._still_held(state) for _, state, _ in overdue), "record"),
                 now - min(since for _, _, since in overdue),
             )
+        uncommitted = [k for k, _, _, _ in due if k in failed]
+        if uncommitted:
+            log.warning(
+                "%s (group %s): handed back %s at the end of the release time although "
+                "their last commit failed: the next holder handles again what was "
+                "acked here since their last commit",
+                self.stream,
+                self.group,
+                units_text(uncommitted),
+            )
+        self._forget_released([state for _, state, _, _ in due])
         if membership is None:
             return
         owned, to_release = membership.assignment()
-        membership.released([k for k, _, _ in due if k in to_release])
-        if any(k in owned for k, _, _ in due):
+        membership.released([k for k, _, _, _ in due if k in to_release])
+        if any(k in owned for k, _, _, _ in due):
             # Ours again (the Assigner kept it after all, or it left the routing and
             # has not been asked for yet): read afresh from the commit, or handed back
             # once asked for (``_assign``).
@@ -1990,6 +2055,20 @@ class StreamConsumer:
         owned, to_release = membership.assignment()
         return owned | to_release
 
+    def _commit_again(self) -> set[PartitionKey]:
+        """The partitions whose commit failed since the last call, those read and those
+        being handed back (``_releasing``) marked to be committed again: never dropped.
+        Hold the lock."""
+        failed = set(self._committer.take_failed())
+        releasing = self._releasing
+        for key in failed:
+            state = self._states.get(key)
+            if state is None and key in releasing:
+                state = releasing[key][0]
+            if state is not None:
+                state.dirty = True
+        return failed
+
     def _commit(self, wait: bool) -> None:
         """Snapshot every changed partition's progress and hand it to the committer
         (housekeeping does not wait: the consuming thread keeps handing out records
@@ -2008,10 +2087,7 @@ class StreamConsumer:
         now_ms = int(time.time() * 1000)
         with self._lock:
             self._apply_acks()
-            for key in self._committer.take_failed():  # committed again with this one
-                state = self._states.get(key)
-                if state is not None:
-                    state.dirty = True
+            self._commit_again()  # (with this one)
             items = [
                 (state.key, state.progress(now_ms))
                 for state in self._settling_states()
@@ -2167,8 +2243,14 @@ class StreamConsumer:
             return True
 
         self._run_thread = threading.get_ident()
+        handlers = self._run_handlers = set()
+        self._run_ended.clear()
         self._run_closes = True  # a close requested on this thread waits for the pool
-        pool = ThreadPoolExecutor(concurrency, thread_name_prefix="sp-handler")
+        pool = ThreadPoolExecutor(
+            concurrency,
+            thread_name_prefix="sp-handler",
+            initializer=lambda: handlers.add(threading.get_ident()),
+        )
         try:
             while not stop.is_set() and not self._closed:
                 polled = self.poll(0.2)
@@ -2211,8 +2293,11 @@ class StreamConsumer:
                 self._hand_back(left)
             elif left:  # never seen by the application: read again by the next reader
                 self.stats["delivered"] -= len(left)
-            if self._close_requested:
-                self._finish_requested_close()
+            try:
+                if self._close_requested:
+                    self._finish_requested_close()
+            finally:
+                self._run_ended.set()  # a ``close`` from another thread waits for it
 
     def _not_started(self, msg: StreamMessage) -> None:
         """A record given to ``run``'s threads whose unit is being handed back before a

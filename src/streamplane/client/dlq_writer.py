@@ -70,7 +70,7 @@ import logging
 import math
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from confluent_kafka import KafkaError as _RawKafkaError
@@ -269,6 +269,16 @@ class DlqWriter(Generic[R]):
         """Dead letters not in yet: waiting for a batch, in a batch in flight, or
         refused (to be reported failed at the next ``advance``)."""
         return len(self._waiting) + self._in_flight_letters + len(self._refused)
+
+    def records(self) -> Iterator[R]:
+        """The records of the dead letters not in yet (``pending``: waiting, in flight
+        or refused)."""
+        for letter in self._waiting:
+            yield letter[0]
+        for batch in self._in_flight:
+            for letter in batch.letters:
+                yield letter[0]
+        yield from self._refused
 
     def add(self, letters: list[Letter[R]]) -> None:
         """Queue dead letters for the next batch."""

@@ -23,7 +23,9 @@ Releases: a unit the Assigner asks back stays this member's to finish until it i
 handed back (``released``), or until its release deadline (``release_deadline``): the
 Assigner moves it ``RELEASE_TIMEOUT_S`` after it asked for it, which was no earlier
 than the send of the last heartbeat answered before, so the consumer counts from there
-(less ``LEASE_MARGIN_S``).
+(less ``LEASE_MARGIN_S``); asked back again after it was kept, from the new request. A
+unit handed back is left out of ``owned`` and ``release`` until the answer to the
+heartbeat that reported it is applied: an answer sent before says nothing of it.
 
 Logged: joining the group and every change of the assignment (units gained, asked
 back, handed back or lost: counts and a few names) at INFO, a refused heartbeat at
@@ -114,6 +116,8 @@ class GroupMembership:
             frozenset(),
             frozenset(),
         )
+        # Units handed back (``released``), until the answer to the heartbeat that
+        # carried them is applied: hidden from ``assignment`` meanwhile.
         self._released: set[PartitionKey] = set()
         # When each unit of ``release`` must be handed back at the latest, by our clock
         # (``release_deadline``); replaced whole by each answer.
@@ -145,15 +149,25 @@ class GroupMembership:
 
     @property
     def owned(self) -> frozenset[PartitionKey]:
-        return self._units[0]
+        return self.assignment()[0]
 
     @property
     def release(self) -> frozenset[PartitionKey]:
-        return self._units[1]
+        return self.assignment()[1]
 
     def assignment(self) -> tuple[frozenset[PartitionKey], frozenset[PartitionKey]]:
-        """``(owned, release)`` as one answer gave them."""
-        return self._units
+        """``(owned, release)`` as one answer gave them, less the units handed back
+        (``released``) that no answer has spoken of since: until the answer to the
+        heartbeat that carries them is applied, what an earlier answer says of them is
+        out of date. (An answer sent before a unit was handed back, keeping it here
+        after all, had it read again while the next heartbeat handed it back: the
+        Assigner then gave it to another member, and both read it.)"""
+        with self._lock:
+            owned, release = self._units
+            handed_back = self._released
+            if not handed_back:
+                return owned, release
+            return owned - handed_back, release - handed_back
 
     def release_deadline(self, key: PartitionKey) -> float | None:
         """When ``key``, asked back, must be handed back at the latest (monotonic, our
@@ -274,8 +288,6 @@ class GroupMembership:
         )
         owned = frozenset(unit_key(u) for u in answer["work_units"])
         release = frozenset(unit_key(u) for u in answer["release"])
-        with self._lock:
-            self._released -= released
         lease_s = float(answer["lease_s"])
         rejoined = bool(answer.get("joined", False)) and self._admitted
         if rejoined:
@@ -313,9 +325,16 @@ class GroupMembership:
         if rejoined or (owned, release) != self._units:
             # Before the lease is renewed: a consumer whose lease lapsed hands out
             # records again only once it has seen which units it lost (``lease_lapsed``).
-            self._units = (owned, release)
+            with self._lock:  # with the units: this answer speaks of those handed back
+                self._units = (owned, release)
+                self._released -= released
             self.generation = int(answer["generation"])
             self.changed.set()
+        elif released:
+            with self._lock:
+                self._released -= released
+            if released & (owned | release):
+                self.changed.set()  # shown again (``assignment``): ours after all
         self._answered_sent = sent_at
         self._lease_s = lease_s
         self._lease_deadline = sent_at + lease_s - LEASE_MARGIN_S
