@@ -7,10 +7,11 @@ the pure rules of ``streamplane.core.failover`` what to do, and act through the
 wakes the watchers).
 
 - **Health**: one prober thread per registered cluster probes it every
-  ``health_interval`` seconds (metadata plus a write to each partition of the health
+  ``health_interval`` seconds (metadata plus writes to each partition of the health
   topic, one led by each broker; ``cluster_io``). A cluster failing for
-  ``health_threshold`` seconds is ``down``: every stream with an active segment there
-  is failed over (all of those lanes, the dlq included) to the standby
+  ``health_threshold`` seconds (``STALL_THRESHOLD_S`` while its probes stall: leaders
+  answer, no ``acks=all`` write is acknowledged) is ``down``: every stream with an
+  active segment there is failed over (all of those lanes, the dlq included) to the standby
   ``choose_standby`` picks among the trusted clusters, with actor ``health``, unless
   ``failover_hold`` holds it (every cluster failed at once: the others get
   ``health_recovery`` to come back). Health is written to the store so every replica
@@ -18,7 +19,9 @@ wakes the watchers).
 - **Sealer**: every ``sealer_interval`` seconds, each draining segment is sealed when
   ``seal_reason`` says so, with the end offsets read from its cluster (a dead cluster:
   it stays draining); every ``retire_interval`` seconds each sealed segment is retired
-  when ``retire_check`` says every group reading the stream has settled it.
+  when ``retire_check`` says every group reading the stream has settled it. What holds
+  one back (a cluster down, its groups or end offsets not read, a group not done) is
+  logged once per cause, and its end with the wait (``_retire_blocked``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from streamplane.controlplane.store import AuditEntry, error_line, is_outage, ut
 from streamplane.core.failover import (
     ClusterHealth,
     HealthState,
+    ProbeStall,
     choose_standby,
     failover_hold,
     observe_probe,
@@ -199,6 +203,10 @@ class FailoverRuntime:
         self._last_retire_check: dict[str, float] = {}
         self._last_watch_check = -1e9
         self._warned: set[tuple[str, str, str]] = set()
+        # What holds a retirement back, logged once per cause: (stream, "", "retire") for
+        # a stream's whole round, (stream, cluster, topic) for one sealed segment ->
+        # (cause, since when, monotonic).
+        self._retire_blocks: dict[tuple[str, str, str], tuple[str, float]] = {}
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -349,12 +357,18 @@ class FailoverRuntime:
         started = self._clock()
         error: str | None = None
         partial: str | None = None
+        stalled = False
         try:
-            partial = self._io(cluster.bootstrap).probe(s.health_timeout)
+            found = self._io(cluster.bootstrap).probe(s.health_timeout)
         except StreamplaneError as exc:
             error = str(exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+        else:
+            if isinstance(found, ProbeStall):  # failing, but down only after a longer stall
+                error, stalled = str(found), True
+            else:
+                partial = found
         now = self._clock()
         with self._health_lock:
             before = self._health.get(name, HealthState())
@@ -366,6 +380,7 @@ class FailoverRuntime:
                 threshold_s=s.health_threshold,
                 error=error,
                 partial=partial,
+                stalled=stalled,
             )
             self._health[name] = state
             written, last_written = self._written.get(name, (None, -1e9))
@@ -677,11 +692,15 @@ class FailoverRuntime:
         for seg in table.readable():
             by_cluster.setdefault(seg.cluster, {})[seg.topic] = seg.partitions
         committed: dict[str, dict[str, dict[int, int]]] = {}
-        down = sorted(c for c in by_cluster if self._is_down(c))
+        round_key = (stream, "", "retire")
+        down = ", ".join(sorted(c for c in by_cluster if self._is_down(c)))
         if down:  # a cluster we cannot read may hide a group: retire nothing this round
-            self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s down",
-                            stream, ", ".join(down))  # fmt: skip
+            self._retire_blocked(round_key, f"{down} down", mono,
+                                 "not retiring the sealed segments of %s yet: %s down (its "
+                                 "groups cannot all be read); retire checks go on when it "
+                                 "answers", stream, down)  # fmt: skip
             return
+        cluster_name = ""
         try:
             for cluster_name, topics in sorted(by_cluster.items()):
                 cluster = self.service.store.get_cluster(cluster_name)
@@ -691,8 +710,17 @@ class FailoverRuntime:
                     committed.setdefault(group, {}).update(offsets)
         except StreamplaneError as exc:
             # A cluster we cannot read may hide a group: retire nothing this round.
-            self._warn_once((stream, "", "retire"), "not retiring in %s yet: %s", stream, exc)
+            cause = f"groups of {cluster_name} not read ({getattr(exc, 'code', None) or exc})"
+            self._retire_blocked(round_key, cause, mono,
+                                 "not retiring the sealed segments of %s yet: the consumer "
+                                 "groups of %s cannot all be read: %s (checked again every "
+                                 "%gs)", stream, cluster_name, exc,
+                                 self.settings.retire_interval)  # fmt: skip
             return
+        waited = self._retire_unblocked(round_key, mono)
+        if waited is not None:
+            log.info("retire checks of %s go on: the groups of every cluster it is read on "
+                     "are read again (%s)", stream, waited)  # fmt: skip
         lanes_read = self._lanes_read(stream, table, committed)
         for seg in sealed:
             readers = {group for group, lanes in lanes_read.items() if seg.lane in lanes}
@@ -700,19 +728,27 @@ class FailoverRuntime:
             # not settle the late records.
             reopened_at = self.store.reopened_at(stream, seg.cluster, seg.topic)
             reported = self.store.drained_groups(stream, seg.cluster, seg.topic, reopened_at)
+            key = (stream, seg.cluster, seg.topic)
             try:
                 cluster = self.service.store.get_cluster(seg.cluster)
                 end = self._io(cluster.bootstrap).end_offsets(
                     seg.topic, seg.partitions, self.settings.kafka_timeout
                 )
-            except StreamplaneError:
+            except StreamplaneError as exc:
+                self._retire_blocked(key, f"end offsets not read ({getattr(exc, 'code', None)})",
+                                     mono, "not retiring %s on %s yet: its end offsets cannot "
+                                     "be read: %s", seg.topic, seg.cluster, exc)  # fmt: skip
                 continue
             # Records that landed after the seal (late batches) must be settled too.
             for p, o in seg.sealed_end_offsets.items():
                 end[p] = max(end.get(p, 0), o)
             offsets_here = {g: committed.get(g, {}).get(seg.topic, {}) for g in readers}
             check = retire_check(end, offsets_here, reported)
-            if check.retire:
+            if not check.retire:  # said once per set of groups it waits on
+                self._retire_blocked(key, ", ".join(check.pending) or check.reason, mono,
+                                     "not retiring %s on %s yet: %s", seg.topic, seg.cluster,
+                                     check.reason, level=logging.INFO)  # fmt: skip
+            else:
                 for group in check.groups:  # first: each one settled it, and is remembered
                     self.store.record_drained(stream, seg.cluster, seg.topic, group)
                 # Watched from now on (first: a row for a segment that is not retired
@@ -722,7 +758,9 @@ class FailoverRuntime:
                 self.service.transition_segment(
                     stream, seg.cluster, seg.topic, SegmentState.RETIRED, end, actor="sealer"
                 )
-                log.info("retired %s on %s: %s", seg.topic, seg.cluster, check.reason)
+                waited = self._retire_unblocked(key, mono)
+                log.info("retired %s on %s: %s%s", seg.topic, seg.cluster, check.reason,
+                         f" (it waited on: {waited})" if waited else "")  # fmt: skip
 
     def _lanes_read(
         self, stream: str, table: RoutingTable, committed: Mapping[str, Mapping[str, object]]
@@ -764,6 +802,30 @@ class FailoverRuntime:
         with self._health_lock:
             state = self._health.get(cluster)
         return state is not None and state.health is ClusterHealth.DOWN
+
+    def _retire_blocked(
+        self,
+        key: tuple[str, str, str],
+        cause: str,
+        mono: float,
+        msg: str,
+        *args: object,
+        level: int = logging.WARNING,
+    ) -> None:
+        """Log why a retirement waits (``msg``), once per ``cause`` of ``key`` (a
+        stream's retire round, or one sealed segment); ``_retire_unblocked`` ends it."""
+        blocked = self._retire_blocks.get(key)
+        if blocked is None or blocked[0] != cause:
+            self._retire_blocks[key] = (cause, mono if blocked is None else blocked[1])
+            log.log(level, msg, *args)
+
+    def _retire_unblocked(self, key: tuple[str, str, str], mono: float) -> str | None:
+        """What ``key`` last waited on and for how long, now that it no longer does;
+        None when nothing held it."""
+        blocked = self._retire_blocks.pop(key, None)
+        if blocked is None:
+            return None
+        return f"{blocked[0]}, for {max(0.0, mono - blocked[1]):.0f}s"
 
     def _warn_once(self, key: tuple[str, str, str], msg: str, *args: object) -> None:
         if key not in self._warned:

@@ -4,11 +4,21 @@ The control plane's background tasks (``controlplane.failover_runtime``) gather 
 (probe results, producer heartbeats, end offsets, committed offsets) and ask these
 functions what to do; nothing here does I/O or reads a clock.
 
+- **Probe**: a probe writes to every partition of the health topic twice, once as the
+  streams do (``acks=all``, bound by ``min.insync.replicas``) and once to the leader
+  only (``acks=1``); ``judge_probe`` reads the outcome: ``ok`` when every partition
+  took the ``acks=all`` write, ``partial`` when some did (the cluster takes writes),
+  ``failed`` when none did and no partition has ``min.insync.replicas`` of its replicas
+  on brokers that answer (two brokers of three dead: nothing can take a stream's write
+  until they return), else ``stalled`` (the leaders answer but nothing is fully
+  acknowledged: a dead broker is still in the in-sync replicas until Kafka fences it,
+  its broker session timeout, 9 s by default).
 - **Health** of a cluster is ``ok`` after a successful probe, ``degraded`` while probes
-  fail for less than the threshold or succeed only in part (some brokers take no
+  fail for less than the threshold or succeed only in part (some partitions take no
   writes: the cluster still does, so it never becomes ``down`` that way), ``down``
   once probes have failed for at least the threshold (seconds since the first failed
-  probe of the streak), ``unknown`` before the first probe.
+  probe of the streak; ``STALL_THRESHOLD_S`` at least while the latest probe stalled),
+  ``unknown`` before the first probe.
 - **Trust**: the streams of a down cluster are failed over only when the fault is
   plainly that cluster's (``failover_hold``). A target must have been ``ok`` without a
   break for at least the threshold (``trusted_clusters``: a cluster that has just come
@@ -28,7 +38,11 @@ functions what to do; nothing here does I/O or reads a clock.
 - **Retiring**: a sealed segment is retired once every group that reads the stream has
   settled it: the group reported it drained, or its committed offset reaches the end
   offset of every non-empty partition. A stream no group has read is never retired
-  automatically (an operator does it).
+  automatically (an operator does it). The groups come from Kafka's ListGroups, which
+  lists a group only on its coordinator (the leader of its ``__consumer_offsets``
+  partition): a listing that missed a coordinator is not concluded on
+  (``group_listing_gap``), or a group that only commits (never heartbeats) and had not
+  finished a segment would see it retired unread.
 """
 
 from __future__ import annotations
@@ -41,6 +55,12 @@ from streamplane.core.routing import RoutingTable, Segment, SegmentState
 
 STANDBY_TAG = "standby"
 REGION_TAG = "region"
+# How long probes may stall (leaders answer, no write fully acknowledged) before the
+# cluster is down: past Kafka's broker session timeout (9 s), after which the controller
+# fences a dead broker and takes it out of the in-sync replicas, and a new controller's
+# election (a broker of three killed is also a controller voter). Measured on the local
+# fleet: 7-12 s from a broker's SIGKILL or SIGSTOP to acks=all writes going through.
+STALL_THRESHOLD_S = 20.0
 
 
 class ClusterHealth(StrEnum):
@@ -61,6 +81,111 @@ class HealthState:
     consecutive_failures: int = 0
 
 
+class ProbeVerdict(StrEnum):
+    OK = "ok"  # every health partition took an acks=all write
+    PARTIAL = "partial"  # some did: the cluster takes writes (degraded)
+    STALLED = "stalled"  # none did, but the leaders answer and may recover the ISRs
+    FAILED = "failed"  # none did, and no partition can until brokers return
+
+
+@dataclass(frozen=True)
+class PartitionProbe:
+    """One health partition in one probe: where it lives (per the latest metadata) and
+    which of its writes were acknowledged within the probe's timeout (a report that
+    comes later counts for no probe)."""
+
+    leader: int | None  # None: no leader
+    replicas: tuple[int, ...]
+    committed: bool  # its acks=all write was acknowledged
+    leader_answered: bool  # its acks=1 write was acknowledged
+    error: str | None = None  # why the acks=all write was not
+
+
+@dataclass(frozen=True)
+class ProbeJudgement:
+    verdict: ProbeVerdict
+    detail: str | None = None  # what failed; None when ok
+
+
+def judge_probe(
+    partitions: Mapping[int, PartitionProbe],
+    live_brokers: Collection[int],
+    min_insync: int,
+    *,
+    topic: str,
+    timeout_s: float,
+    metadata_answered: bool = True,
+) -> ProbeJudgement:
+    """What one probe of the health ``topic`` says about its cluster.
+
+    ``live_brokers`` are the brokers the cluster's metadata lists; ``min_insync`` is the
+    topic's ``min.insync.replicas``. A broker that leads a partition whose ``acks=1``
+    write was not acknowledged counts as not answering; a partition can take an
+    ``acks=all`` write again only if ``min_insync`` of its replicas are on brokers not
+    known to be silent. ``metadata_answered`` False: the probe's metadata read failed
+    (``live_brokers`` are an earlier read's); with no leader answering either, nothing
+    in the cluster answered: failed.
+    """
+    if not partitions:
+        return ProbeJudgement(ProbeVerdict.FAILED, f"{topic} has no partition")
+    missed = {p: probe for p, probe in sorted(partitions.items()) if not probe.committed}
+    if not missed:
+        return ProbeJudgement(ProbeVerdict.OK)
+    first, first_probe = next(iter(missed.items()))
+    why = first_probe.error or "no acknowledgement"
+    if len(missed) < len(partitions):
+        return ProbeJudgement(
+            ProbeVerdict.PARTIAL,
+            f"{len(missed)} of {len(partitions)} {topic} partitions took no acks=all "
+            f"write in {timeout_s:g}s (partition {first}: {why})",
+        )
+    silent = {
+        probe.leader
+        for probe in partitions.values()
+        if probe.leader is not None and not probe.leader_answered
+    }
+    live = set(live_brokers) - silent
+    recoverable = [
+        p
+        for p, probe in partitions.items()
+        if sum(1 for r in probe.replicas if r in live) >= min_insync
+    ]
+    answered = sum(1 for probe in partitions.values() if probe.leader_answered)
+    nothing_answered = answered == 0 and not metadata_answered
+    if nothing_answered or not recoverable:
+        cause = (
+            "no broker answered (metadata, leaders)"
+            if nothing_answered
+            else f"brokers {_ids(silent)} do not answer: no partition has "
+            f"min.insync.replicas ({min_insync}) of its replicas left"
+        )
+        return ProbeJudgement(
+            ProbeVerdict.FAILED,
+            f"no {topic} partition took an acks=all write in {timeout_s:g}s, and {cause} "
+            f"(partition {first}: {why})",
+        )
+    silent_part = f" (brokers {_ids(silent)} do not)" if silent else ""
+    return ProbeJudgement(
+        ProbeVerdict.STALLED,
+        f"no {topic} partition took an acks=all write in {timeout_s:g}s; {answered} of "
+        f"{len(partitions)} leaders answered{silent_part}, enough brokers are left for "
+        f"min.insync.replicas ({min_insync}): a lost broker not fenced yet? "
+        f"(partition {first}: {why})",
+    )
+
+
+class ProbeStall(str):
+    """What a probe that stalled (``ProbeVerdict.STALLED``) returns: what failed, as a
+    partial probe says it, marked as a stall (the cluster fails for now, but is down only
+    after ``STALL_THRESHOLD_S``)."""
+
+    __slots__ = ()
+
+
+def _ids(brokers: Collection[int]) -> str:
+    return ", ".join(str(b) for b in sorted(brokers))
+
+
 def observe_probe(
     state: HealthState,
     *,
@@ -70,10 +195,14 @@ def observe_probe(
     threshold_s: float,
     error: str | None = None,
     partial: str | None = None,
+    stalled: bool = False,
+    stall_threshold_s: float = STALL_THRESHOLD_S,
 ) -> HealthState:
     """The state after one probe that began at ``started`` and ended at ``now``; with
     ``ok``, ``partial`` says what part of it failed (the cluster is degraded, and its
-    failing streak, if any, ends: it takes writes)."""
+    failing streak, if any, ends: it takes writes). A failed probe that ``stalled``
+    (``ProbeVerdict.STALLED``) makes the cluster down only once the streak has lasted
+    ``stall_threshold_s`` too (Kafka may still recover the in-sync replicas)."""
     if ok and partial is not None:
         since = state.since if state.health is ClusterHealth.DEGRADED else now
         return HealthState(ClusterHealth.DEGRADED, since=since, last_error=partial)
@@ -84,7 +213,8 @@ def observe_probe(
         # log's cluster.degraded/down entries).
         return HealthState(ClusterHealth.OK, since=now)
     failing_since = state.failing_since if state.failing_since is not None else started
-    health = ClusterHealth.DOWN if now - failing_since >= threshold_s else ClusterHealth.DEGRADED
+    down_after = max(threshold_s, stall_threshold_s) if stalled else threshold_s
+    health = ClusterHealth.DOWN if now - failing_since >= down_after else ClusterHealth.DEGRADED
     since = state.since if health is state.health else now
     return replace(
         state,
@@ -263,12 +393,47 @@ def retire_check(
     groups = tuple(sorted(set(committed) | set(reported)))
     if not groups:
         return RetireCheck(False, (), (), "no group has read the stream: retire it by hand")
-    pending = tuple(
-        g
+    behind = {
+        g: unsettled
         for g in groups
-        if g not in reported
-        and any(end > 0 and committed.get(g, {}).get(p, -1) < end for p, end in end_offsets.items())
-    )
-    if pending:
-        return RetireCheck(False, groups, pending, f"not settled by {', '.join(pending)}")
+        if g not in reported and (unsettled := _unsettled(end_offsets, committed.get(g, {})))
+    }
+    if behind:
+        detail = "; ".join(f"{g}: {what}" for g, what in behind.items())
+        return RetireCheck(False, groups, tuple(behind), f"not settled by {detail}")
     return RetireCheck(True, groups, (), f"settled by every group ({', '.join(groups)})")
+
+
+def _unsettled(end_offsets: Mapping[int, int], offsets: Mapping[int, int]) -> str | None:
+    """How far a group with committed ``offsets`` is from a segment's ``end_offsets``
+    (one line), None when it settled every non-empty partition."""
+    behind = [(p, end) for p, end in sorted(end_offsets.items()) if end > offsets.get(p, 0)]
+    if not behind:
+        return None
+    if not offsets:
+        return "committed nothing on it"
+    partition, end = behind[0]
+    at = offsets.get(partition)
+    first = f"partition {partition} at {'nothing' if at is None else at} of {end}"
+    return first if len(behind) == 1 else f"{first} (and {len(behind) - 1} more partitions)"
+
+
+def group_listing_gap(asked: Collection[int], coordinators: Mapping[int, int]) -> str | None:
+    """Why listing the consumer groups on the brokers ``asked`` may leave some out,
+    None when it cannot. ``coordinators`` maps each partition of ``__consumer_offsets``
+    to its leader (-1: none): the broker that coordinates, and alone lists, the groups
+    stored there. A partition without a leader, or led by a broker not asked (a
+    client whose cached metadata predates that broker's return), hides its groups."""
+    leaderless = sorted(p for p, leader in coordinators.items() if leader < 0)
+    if leaderless:
+        return (
+            f"__consumer_offsets partitions {_ids(leaderless)} have no leader: the groups "
+            "stored there cannot be listed"
+        )
+    missed = set(coordinators.values()) - set(asked)
+    if missed:
+        return (
+            f"brokers {_ids(missed)} coordinate consumer groups and were not asked (only "
+            f"{_ids(asked) or 'none'})"
+        )
+    return None

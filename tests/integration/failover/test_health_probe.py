@@ -4,8 +4,10 @@ The probe wrote one record with ``acks=all`` to a one-partition health topic. Wi
 broker of three killed, that write waited until the controller fenced the broker (its
 session timeout, ~9 s) or a new leader was elected, longer than the 3 s after which a
 cluster is down: the control plane failed a healthy cluster's streams over. Now the
-probe writes to a partition led by each broker (``acks=1``) and fails only when none
-takes the write.
+probe writes to a partition led by each broker, with ``acks=all`` as the streams write
+and with ``acks=1`` to tell which leaders answer, and a probe in which no partition took
+an ``acks=all`` write while enough brokers answer is a stall, down only after
+``STALL_THRESHOLD_S`` (core/failover.py).
 """
 
 from __future__ import annotations
