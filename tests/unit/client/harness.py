@@ -160,6 +160,35 @@ def consumer_of(records: int, broker: DlqBroker) -> tuple[StreamConsumer, Partit
     return c, c._states[KEY]
 
 
+# The realtime and bulk partitions of ``two_lane_consumer``.
+REALTIME = PartitionKey("local-a", "sp.s.realtime.e1", 0)
+BULK = PartitionKey("local-a", "sp.s.bulk.e1", 0)
+
+
+def two_lane_consumer() -> StreamConsumer:
+    """A stand-in consumer reading lanes realtime and bulk of stream ``s`` (one
+    partition each, ``REALTIME`` and ``BULK``, from offset 0) on local-a."""
+    c = stand_in_consumer(DlqBroker(), partitions=0)
+    c._lanes, c._lane_order = ["realtime", "bulk"], {"realtime": 0, "bulk": 1}
+    c._buffers = [_LaneBuffer(), _LaneBuffer()]
+    for key, lane, priority in ((REALTIME, "realtime", 0), (BULK, "bulk", 1)):
+        state = PartitionState(key, lane, priority)
+        state.restore(None, 0)
+        c._states[key] = state
+        c._states_by_cluster.setdefault(key.cluster, {})[(key.topic, key.partition)] = state
+    return c
+
+
+def fetched(key: PartitionKey, first: int, n: int) -> list[Message]:
+    """``n`` records of ``key`` from offset ``first``, as a fetch returns them."""
+    return [
+        Message(
+            topic=key.topic, partition=key.partition, offset=o, value=b"%d" % o, timestamp=(1, o)
+        )
+        for o in range(first, first + n)
+    ]
+
+
 def poll(c: StreamConsumer, clock: Clock, seconds: float) -> list[StreamMessage]:
     """Poll (its housekeeping applies what was acked and nacked), let ``seconds`` pass,
     poll again; what both hand out."""

@@ -11,19 +11,17 @@ import pytest
 from confluent_kafka import Message
 
 import streamplane.client.consumer as consumer_module
-from streamplane.client.consumer import StreamConsumer, _LaneBuffer
+from streamplane.client.consumer import StreamConsumer
 from streamplane.client.control_plane import ControlPlaneClient
-from streamplane.client.partition_state import PartitionKey, PartitionState
+from streamplane.client.partition_state import PartitionKey
 from streamplane.client.routing_watch import RoutingWatcher
 from streamplane.core.routing import RoutingTable, add_lane, new_routing_table
 from streamplane.exceptions import ConfigError
-from tests.unit.client.harness import Clock, DlqBroker, stand_in_consumer
+from tests.unit.client.harness import BULK, REALTIME, Clock, fetched, two_lane_consumer
 from tests.unit.client.test_producer_epoch import idle_producer
 
 TABLE = new_routing_table("s", ["realtime", "bulk"], "local-a", 1)
 WITH_PRIORITY = add_lane(TABLE, "priority", "local-a", 1, before="bulk")
-REALTIME = PartitionKey("local-a", "sp.s.realtime.e1", 0)
-BULK = PartitionKey("local-a", "sp.s.bulk.e1", 0)
 PRIORITY = PartitionKey("local-a", "sp.s.priority.e2", 0)
 
 
@@ -55,27 +53,13 @@ def every_lane_consumer(monkeypatch: pytest.MonkeyPatch) -> StreamConsumer:
     """A consumer of every lane (``lanes=None``) of stream ``s`` reading realtime and
     bulk (one partition each) on local-a."""
     monkeypatch.setattr(consumer_module, "Consumer", Fetcher)
-    c = stand_in_consumer(DlqBroker(), partitions=0)
+    c = two_lane_consumer()
     assert c._follows_stream_lanes  # made with lanes=None
-    c._lanes, c._lane_order = ["realtime", "bulk"], {"realtime": 0, "bulk": 1}
-    c._buffers = [_LaneBuffer(), _LaneBuffer()]
     c._consumers = {("local-a", 0): Fetcher(), ("local-a", 1): Fetcher()}  # type: ignore[dict-item]
     c._fetch_order = sorted(c._consumers.items(), key=lambda item: -item[0][1])
     c._commit_stores["local-a"] = NothingCommitted()  # type: ignore[assignment]
     c._bootstraps["local-a"] = "127.0.0.1:9"
-    for key, lane, priority in ((REALTIME, "realtime", 0), (BULK, "bulk", 1)):
-        state = PartitionState(key, lane, priority)
-        state.restore(None, 0)
-        c._states[key] = state
-        c._states_by_cluster.setdefault(key.cluster, {})[(key.topic, key.partition)] = state
     return c
-
-
-def fetch(key: PartitionKey, first: int, n: int) -> list[Message]:
-    return [
-        Message(topic=key.topic, partition=0, offset=o, value=b"%d" % o, timestamp=(1, o))
-        for o in range(first, first + n)
-    ]
 
 
 def test_a_consumer_of_every_lane_reads_an_added_lane_at_its_priority(
@@ -83,7 +67,7 @@ def test_a_consumer_of_every_lane_reads_an_added_lane_at_its_priority(
 ) -> None:
     c = every_lane_consumer(monkeypatch)
     bulk_client = c._consumers["local-a", 1]
-    c._accept("local-a", fetch(BULK, 0, 3))  # buffered before the lane is added
+    c._accept("local-a", fetched(BULK, 0, 3))  # buffered before the lane is added
     assert [m.offset for m in c.poll_batch(1, 0)] == [0]  # one in the application's hands
 
     c._on_routing(WITH_PRIORITY)  # the routing watch
@@ -93,7 +77,7 @@ def test_a_consumer_of_every_lane_reads_an_added_lane_at_its_priority(
     assert c._states[BULK].priority == 2 and c._states[PRIORITY].priority == 1
     assert c._consumers["local-a", 2] is bulk_client  # bulk's client, one priority down
     assert cast(Fetcher, c._consumers["local-a", 1]).assigned == [(PRIORITY.topic, 0)]
-    c._accept("local-a", fetch(PRIORITY, 0, 2) + fetch(BULK, 3, 1) + fetch(REALTIME, 0, 1))
+    c._accept("local-a", fetched(PRIORITY, 0, 2) + fetched(BULK, 3, 1) + fetched(REALTIME, 0, 1))
     out = c.poll_batch(100, 0)
     assert [(m.lane, m.offset) for m in out] == [
         ("realtime", 0),
