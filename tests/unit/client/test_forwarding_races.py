@@ -173,23 +173,23 @@ def test_close_from_the_handler_does_not_wait_for_its_own_record(
 
 def test_a_signal_handler_that_flushes_the_output_producer_does_not_deadlock() -> None:
     """A real signal (SIGALRM every 0.5 ms, standing in for one SIGTERM landing at a bad
-    moment) whose handler serves the output producer's reports (``flush``/``close``
-    start with ``_drain``) while the main thread forwards records: the handler lands
-    while the main thread holds ``_forward_lock`` (in ``_forwarding``, ``handler_acked``
-    or a report), its report's ``delivered`` takes that non-reentrant Lock again on the
-    same thread, and the process hangs for good (HEAD: every run, within the first
-    few hundred signals; faulthandler shows ``delivered`` under ``on_signal`` under
-    ``_forwarding``)."""
-    import os
+    moment) whose handler serves the output producer's reports while the main thread
+    forwards records (``signal_flush_scenario``, in a process of its own): a handler
+    landing while the main thread holds ``_forward_lock`` runs a report whose
+    ``delivered`` takes that lock again on the same thread. With a non-reentrant lock
+    the process hangs for good (checked: faulthandler shows ``drain`` under
+    ``on_signal`` under ``_forwarding``, within the first second)."""
     import subprocess
     import sys
+    from pathlib import Path
 
+    root = Path(__file__).resolve().parents[3]
     done = subprocess.run(
-        [sys.executable, "/tmp/review/scripts/signal_deadlock.py"],
+        [sys.executable, "-m", "tests.unit.client.signal_flush_scenario"],
         check=False,
         capture_output=True,
         text=True,
-        timeout=60,
-        env={**os.environ},
+        timeout=120,
+        cwd=root,
     )
     assert done.returncode == 0 and "no deadlock" in done.stdout, done.stderr[-3000:]
