@@ -6,6 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 KAFKA_READY := .cache/kafka/classpath.txt
+# pytest-xdist workers for `make test` (tests/conftest.py groups the integration tests
+# that share a costly fixture onto one worker); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 SPARK_READY := .cache/spark/classpath.txt
 
 .PHONY: run test setup browser lint unit integration clean
@@ -14,7 +18,7 @@ run: setup
 	$(BIN)/streamplane run $(ARGS)
 
 test: setup browser lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 setup: $(INSTALLED) $(KAFKA_READY) $(SPARK_READY)
 
@@ -43,10 +47,10 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
+	$(PYTEST) -m 'not integration' $(PYTEST_ARGS)
 
 integration: setup browser
-	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+	$(PYTEST) -m integration $(PYTEST_ARGS)
 
 clean:
 	-$(BIN)/streamplane local down
