@@ -9,7 +9,7 @@ KAFKA_READY := .cache/kafka/classpath.txt
 # pytest-xdist workers for `make test` (tests/conftest.py groups the integration tests
 # that share a costly fixture onto one worker); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --no-loadscope-reorder
 SPARK_READY := .cache/spark/classpath.txt
 
 .PHONY: run test setup browser lint unit integration clean

@@ -13,14 +13,18 @@ or pass it with ``--py-files``). See docs/pipeline.md.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from streamplane.local.distribution import MavenClasspath, spark_connectors
+
+log = logging.getLogger(__name__)
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -99,3 +103,63 @@ def build_session(
     spark.sparkContext.setLogLevel("WARN")
     register(spark)
     return spark
+
+
+# Spark runs the driver side of a Python streaming source (its ``latestOffset`` and
+# ``commit``) in a Python process it starts as the query opens its sources, and gives
+# that process a fixed 10 s to connect back (``PythonWorkerFactory.createSimpleWorker``,
+# not a setting in Spark 4.2). On a machine busy enough that starting Python and
+# importing PySpark takes longer, the query dies as it starts, with one of these.
+_SOURCE_PROCESS_LATE = (
+    "Python worker failed to connect back",
+    "waiting for the Python worker to connect back",
+)
+QUERY_START_ATTEMPTS = 3
+# Spark's status message while a query opens its sources.
+_OPENING_SOURCES = "Initializing sources"
+_SOURCES_OPEN_TIMEOUT_S = 120.0
+
+
+def start_query(
+    writer: Any,
+    *,
+    attempts: int = QUERY_START_ATTEMPTS,
+    sources_timeout_s: float = _SOURCES_OPEN_TIMEOUT_S,
+    say: Callable[[str], None] = log.warning,
+) -> Any:
+    """``writer.start()`` (a ``DataStreamWriter``), returned once the query has opened
+    its sources. A query that died opening them because Spark's Python source process
+    did not connect back in time (a busy machine) is started again from its checkpoint,
+    which loses nothing, up to ``attempts`` starts in all; ``say`` tells each time. Any
+    other failure is the caller's to see (``awaitTermination`` raises it)."""
+    query = _opened(writer.start(), sources_timeout_s)
+    for attempt in range(2, attempts + 1):
+        error = None if query.isActive else query.exception()
+        if error is None or not source_process_late(error):
+            break
+        say(
+            f"the streaming query died as it started: Spark's Python source process did "
+            f"not connect back within Spark's fixed 10 s (a busy machine); starting it "
+            f"again from its checkpoint (start {attempt} of {attempts})"
+        )
+        query = _opened(writer.start(), sources_timeout_s)
+    return query
+
+
+def _opened(query: Any, timeout_s: float) -> Any:
+    """``query`` once it has opened its sources (or ended, or ``timeout_s`` passed)."""
+    deadline = time.monotonic() + timeout_s
+    while (
+        query.isActive
+        and query.status.get("message") == _OPENING_SOURCES
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    return query
+
+
+def source_process_late(error: BaseException) -> bool:
+    """Whether a query's ``error`` is Spark's Python source process not connecting back
+    in time (``start_query``)."""
+    text = f"{error} {getattr(error, 'desc', '')} {getattr(error, 'stackTrace', '')}"
+    return any(marker in text for marker in _SOURCE_PROCESS_LATE)

@@ -60,6 +60,7 @@ from streamplane.client.provenance import dlq_headers, source_headers
 from streamplane.core.routing import DLQ_LANE
 from streamplane.pipeline.events import PARSED_SCHEMA_DDL, PERCENTILES, parse_batches
 from streamplane.pipeline.source import FORMAT, preflight_read
+from streamplane.pipeline.spark import start_query
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,8 @@ class TelemetryJob:
         self._dim = dimension_frame(self.spark)
 
     def start(self, *, available_now: bool = False) -> Any:
-        """``prepare``, then start the query."""
+        """``prepare``, then start the query (``spark.start_query``: started again if it
+        dies opening its source because Spark's Python source process was late)."""
         self.prepare()
         reader = self.spark.readStream.format(FORMAT)
         for key, value in self.config.read_options().items():
@@ -282,7 +284,7 @@ class TelemetryJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{self.config.trigger_seconds} seconds")
-        return writer.start()
+        return start_query(writer)
 
     def stop(
         self,
