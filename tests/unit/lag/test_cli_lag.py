@@ -7,6 +7,7 @@ from unittest import mock
 from click.testing import CliRunner
 
 from streamplane.cli.lag import lag, render, seconds
+from tests.module_time import ModuleTime
 
 DOC = {
     "now_ms": 1,
@@ -77,7 +78,7 @@ def test_watch_keeps_trying_while_the_control_plane_is_away() -> None:
         if len(sleeps) == 2:
             raise KeyboardInterrupt
 
-    with mock.patch("streamplane.cli.lag.time.sleep", sleep):
+    with mock.patch("streamplane.cli.lag.time", ModuleTime(sleep)):
         out = CliRunner().invoke(lag, [*nowhere, "--watch", "--interval", "0.5"])
     assert out.exit_code == 0, out.output
     assert out.output.count("trying again every 0.5s") == 2

@@ -11,6 +11,7 @@ import pytest
 
 from streamplane.exceptions import KafkaError
 from streamplane.ops.kafka_ops import ConfigChange, KafkaOpsAdmin
+from tests.module_time import ModuleTime
 
 
 class FakeAdminClient:
@@ -49,7 +50,7 @@ def fake_client(monkeypatch: pytest.MonkeyPatch) -> type[FakeAdminClient]:
     FakeAdminClient.created = []
     FakeAdminClient.cluster_brokers = {1, 2, 3}
     monkeypatch.setattr("kafka.admin.KafkaAdminClient", FakeAdminClient)
-    monkeypatch.setattr("streamplane.ops.kafka_ops.time.sleep", lambda _s: None)
+    monkeypatch.setattr("streamplane.ops.kafka_ops.time", ModuleTime(lambda _s: None))
     return FakeAdminClient
 
 
