@@ -6,10 +6,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 KAFKA_READY := .cache/kafka/classpath.txt
-# pytest-xdist workers for `make test` (tests/conftest.py groups the integration tests
-# that share a costly fixture onto one worker); TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 2
-PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --no-loadscope-reorder
 SPARK_READY := .cache/spark/classpath.txt
 
 .PHONY: run test setup browser lint unit integration clean
@@ -18,7 +14,7 @@ run: setup
 	$(BIN)/streamplane run $(ARGS)
 
 test: setup browser lint
-	$(PYTEST) $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 setup: $(INSTALLED) $(KAFKA_READY) $(SPARK_READY)
 
@@ -47,10 +43,10 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 
 unit: setup
-	$(PYTEST) -m 'not integration' $(PYTEST_ARGS)
+	$(BIN)/pytest -m 'not integration' $(PYTEST_ARGS)
 
 integration: setup browser
-	$(PYTEST) -m integration $(PYTEST_ARGS)
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 clean:
 	-$(BIN)/streamplane local down

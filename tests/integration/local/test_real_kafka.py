@@ -9,11 +9,18 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import OffsetSpec
 
 from streamplane.kafka.admin import KafkaAdmin
 from streamplane.local.fleet import FleetDescriptor
+from tests.waiting import wait_for
 
 ZSTD_CODEC = 4
 
@@ -78,7 +85,22 @@ def test_commit_with_3000_byte_metadata_reads_back(
     group = f"g.{uuid.uuid4().hex[:8]}"
     metadata = ("sp1:" + "x" * 3000)[:3000]
     consumer = consumer_factory(bootstrap, group)
-    consumer.commit(offsets=[TopicPartition(topic, 1, 42, metadata=metadata)], asynchronous=False)
+
+    def commit() -> bool:
+        # A group coordinator still loading ``__consumer_offsets`` (a fleet just started
+        # on a busy machine) answers COORDINATOR_LOAD_IN_PROGRESS: retriable, as any
+        # client does.
+        try:
+            consumer.commit(
+                offsets=[TopicPartition(topic, 1, 42, metadata=metadata)], asynchronous=False
+            )
+        except KafkaException as exc:
+            if not exc.args[0].retriable():
+                raise
+            return False
+        return True
+
+    wait_for("the commit taken", commit, 60, every=0.5)
 
     committed = consumer.committed([TopicPartition(topic, 1)], timeout=10)
     assert committed[0].offset == 42
