@@ -10,10 +10,10 @@ from typing import Any
 class ModuleTime:
     """``monkeypatch.setattr(module, "time", ModuleTime(sleep=...))``: that module's
     ``time.sleep`` is the one given, everything else the real module's. Patching
-    ``time.sleep`` itself changes it for every thread of the process: the threads of
-    session fixtures included (a pytest-xdist worker runs its unit tests beside them),
-    which then used up a fake's calls, and the code under test never got its
-    KeyboardInterrupt."""
+    ``time.sleep`` itself changes it for every thread of the process, those of session
+    fixtures included (a unit test runs beside them in one pytest process): in a
+    two-worker run they used up the lag --watch test's fake sleeps, and it looped for
+    good without the KeyboardInterrupt it waited for."""
 
     def __init__(self, sleep: Callable[[float], None]) -> None:
         self.sleep = sleep
